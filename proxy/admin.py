@@ -17,8 +17,8 @@ from starlette.routing import BaseRoute, Route
 
 from proxy import wirejson
 from proxy.config import Settings
+from proxy.core.plan_view import describe_checkpoint, describe_plan, describe_record
 from proxy.errors import InvalidRequest, NotFound, ProxyError, StoreError, Unauthorized
-from proxy.plan_view import describe_checkpoint, describe_plan, describe_record
 from proxy.store import Store
 from proxy.tenancy import credential_from_headers, validate_conversation_id
 

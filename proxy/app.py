@@ -21,6 +21,7 @@ from proxy.calibration import Calibration
 from proxy.chat import ChatRewriter
 from proxy.compaction import Compactor
 from proxy.config import Settings, load_settings
+from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.endpoints import ChatCompletions, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
 from proxy.metrics import Metrics, counter_family, gauge_family, model_families
@@ -28,7 +29,6 @@ from proxy.recorder import Recorder
 from proxy.store import Store, open_store
 from proxy.summarizer import OpenAISummarizer, Summarizer
 from proxy.tenancy import Credentials
-from proxy.tokens import TokenCounter, lookup_model
 from proxy.upstream import UpstreamClient, open_upstream
 from proxy.windows import ModelWindows, startup_warnings
 

@@ -20,7 +20,8 @@ import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 
-from proxy.config import CalibrationSettings, PolicySettings
+from proxy.config import CalibrationSettings
+from proxy.core.policy import PolicySettings
 from proxy.upstream.base import UpstreamResponse
 
 TAIL_BYTES = 8192

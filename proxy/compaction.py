@@ -22,13 +22,15 @@ from proxy import wirejson
 from proxy.background import BackgroundQueue
 from proxy.calibration import Calibration, effective_window, prompt_tokens
 from proxy.chat import ChatRequest, Outgoing
-from proxy.checkpoints import Checkpoint, Record, find_deepest
-from proxy.config import ModelInfo, PolicySettings, Settings
+from proxy.config import Settings
+from proxy.core.checkpoints import Checkpoint, Record, find_deepest
+from proxy.core.interactions import strip_agent_summaries
+from proxy.core.messages import validate_messages
+from proxy.core.planner import Plan, PriorSummary, SummaryRequest, plan
+from proxy.core.policy import ModelInfo, PolicySettings
+from proxy.core.tokens import TokenCounter
 from proxy.errors import InvalidRequest, PayloadTooLarge, SummarizerError
-from proxy.interactions import strip_agent_summaries
-from proxy.messages import validate_messages
 from proxy.metrics import Metrics
-from proxy.planner import Plan, PriorSummary, SummaryRequest, plan
 from proxy.policies import POLICY_HEADER, SWITCH_HEADER, choose_policy
 from proxy.store import Store
 from proxy.summarizer import Summarizer
@@ -38,7 +40,6 @@ from proxy.tenancy import (
     credential_headers,
     resolve_conversation_id,
 )
-from proxy.tokens import TokenCounter
 from proxy.upstream.base import RawHeaders
 from proxy.windows import ModelWindows
 

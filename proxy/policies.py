@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 
-from proxy.config import PolicySettings, Route, Settings
+from proxy.config import Route, Settings
+from proxy.core.policy import PolicySettings
 from proxy.errors import InvalidRequest
 
 POLICY_HEADER = "x-compaction-policy"

@@ -23,14 +23,15 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from proxy.config import ConfigError, ModelInfo, PolicySettings, Settings, load_settings
+from proxy.config import ConfigError, Settings, load_settings
+from proxy.core.messages import calls_text, content_text, validate_messages
+from proxy.core.plan_view import describe_plan
+from proxy.core.planner import Plan, plan
+from proxy.core.policy import ModelInfo, PolicySettings
+from proxy.core.tokens import TokenCounter, lookup_model
+from proxy.core.triggers import compile_conditions
 from proxy.errors import InvalidRequest, SummarizerError
-from proxy.messages import calls_text, content_text, validate_messages
-from proxy.plan_view import describe_plan
-from proxy.planner import Plan, plan
 from proxy.policies import choose_policy
-from proxy.tokens import TokenCounter, lookup_model
-from proxy.triggers import compile_conditions
 from proxy.windows import ModelWindows
 
 DEFAULT_MODEL = "gpt-4o"

@@ -23,10 +23,10 @@ from typing import Any, Protocol
 import httpx
 
 from proxy.config import SummarizerSettings
+from proxy.core.messages import calls_text, content_text
+from proxy.core.summary_message import BYTES_PER_TOKEN, cap_summary, escape_tags, summary_token_cap
+from proxy.core.tokens import TokenCounter
 from proxy.errors import SummarizerError
-from proxy.messages import calls_text, content_text
-from proxy.summary_message import BYTES_PER_TOKEN, cap_summary, escape_tags, summary_token_cap
-from proxy.tokens import TokenCounter
 
 DEFAULT_PROMPT = """You compact long conversations between a user and an AI assistant (often an agent \
 using tools). Write a summary that lets the assistant continue the work without the original turns.

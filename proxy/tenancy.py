@@ -31,8 +31,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from proxy.checkpoints import chain_hash
 from proxy.config import ConversationSettings, StoreSettings
+from proxy.core.checkpoints import chain_hash
 from proxy.errors import InvalidRequest
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from proxy.config import PolicySettings, Settings
+from proxy.config import Settings
+from proxy.core.policy import PolicySettings
 from proxy.families import FAMILIES, Family
 from proxy.metrics import ModelRow
 from proxy.overflow import is_overflow_error

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from proxy.config import PolicySettings, Settings, parse_settings
+from proxy.config import Settings, parse_settings
+from proxy.core.policy import PolicySettings
 from proxy.sealing import parse_key
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"

@@ -9,11 +9,12 @@ summarizer's identifier finder.
 from __future__ import annotations
 
 from proxy.app import create_app
-from proxy.config import ConfigError, ModelInfo, Settings, load_settings
-from proxy.messages import content_text
+from proxy.config import ConfigError, Settings, load_settings
+from proxy.core.messages import content_text
+from proxy.core.policy import ModelInfo
+from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.policies import POLICY_HEADER, choose_policy
 from proxy.summarizer import identifiers, transcript_line
-from proxy.tokens import TokenCounter, lookup_model
 from proxy.upstream.base import Body, RawHeaders
 
 __all__ = [

@@ -5,7 +5,7 @@ checkpoints, and hides every backend failure from the request path:
 
 - ``load`` is the fast path: one backend read that also refreshes the TTL.
 - ``add_checkpoint`` is a compare-and-set loop: a checkpoint is written only if it extends what is
-  stored (``proxy.checkpoints.extend``), and a concurrent writer's checkpoint is never lost.
+  stored (``proxy.core.checkpoints.extend``), and a concurrent writer's checkpoint is never lost.
 - ``acquire_lock``/``release_lock`` make summarization single-flight; correctness never rests on
   them, only duplicate summarizer cost does.
 - Failures (timeouts, a dead Redis, an open circuit) turn into misses, or into calls served by an
@@ -34,8 +34,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
-from proxy.checkpoints import Checkpoint, Record, RecordError, decode_record, encode_record, extend
 from proxy.config import StoreSettings
+from proxy.core.checkpoints import (
+    Checkpoint,
+    Record,
+    RecordError,
+    decode_record,
+    encode_record,
+    extend,
+)
 from proxy.errors import StoreError
 from proxy.sealing import Sealer, SealError
 from proxy.store.base import Backend

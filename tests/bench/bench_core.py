@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proxy.config import ModelInfo, PolicySettings
-from proxy.planner import Plan, PriorSummary, plan
-from proxy.tokens import TokenCounter
+from proxy.core.planner import Plan, PriorSummary, plan
+from proxy.core.policy import ModelInfo, PolicySettings
+from proxy.core.tokens import TokenCounter
 
 TIKTOKEN_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "tiktoken"
 MODEL = "gpt-4o"

@@ -32,8 +32,8 @@ import httpx
 
 from proxy import wirejson
 from proxy.config import parse_settings
-from proxy.planner import PriorSummary, plan
-from proxy.tokens import TokenCounter
+from proxy.core.planner import PriorSummary, plan
+from proxy.core.tokens import TokenCounter
 from tests.bench import wire
 from tests.bench.contenders import REPO, TIKTOKEN_DIR, Target, start_mock, wait_ready
 from tests.bench.processes import OthersShare, Server
@@ -194,8 +194,8 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
 
     from proxy.background import BackgroundQueue
     from proxy.chat import ChatRequest
-    from proxy.checkpoints import Checkpoint
     from proxy.compaction import Compactor
+    from proxy.core.checkpoints import Checkpoint
     from proxy.metrics import Metrics
     from proxy.store import open_store
     from proxy.tenancy import credential_from_headers

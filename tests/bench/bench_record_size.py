@@ -19,7 +19,7 @@ from pathlib import Path
 import redis
 import tiktoken
 
-from proxy.checkpoints import Checkpoint, Record, encode_record
+from proxy.core.checkpoints import Checkpoint, Record, encode_record
 from proxy.sealing import Sealer
 from proxy.tenancy import Tenancy
 from tests.conftest import TIKTOKEN_DIR

@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from proxy.checkpoints import Checkpoint, chain_hash, find_deepest
 from proxy.config import StoreSettings
+from proxy.core.checkpoints import Checkpoint, chain_hash, find_deepest
 from proxy.store import Store, open_store
 from tests.redis_server import RedisServer, redis_available
 

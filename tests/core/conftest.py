@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.tokens import TokenCounter
+from proxy.core.tokens import TokenCounter
 
 Message = dict[str, Any]
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from proxy.config import PolicySettings
-from proxy.planner import Plan, plan
-from proxy.summary_message import FRAME
-from proxy.tokens import TokenCounter
+from proxy.core.planner import Plan, plan
+from proxy.core.policy import PolicySettings
+from proxy.core.summary_message import FRAME
+from proxy.core.tokens import TokenCounter
 from tests.core.strategies import tool_pairs_intact
 
 GOLDEN = Path(__file__).parent / "golden"

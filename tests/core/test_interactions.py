@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.interactions import group, strip_agent_summaries
-from proxy.summary_message import render_summary_message
+from proxy.core.interactions import group, strip_agent_summaries
+from proxy.core.summary_message import render_summary_message
 from tests.core.conftest import assistant, system, tool, user
 from tests.core.strategies import agent_runs, conversations, tool_pairs_intact
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.core.messages import content_text, validate_messages
 from proxy.errors import InvalidMessage, InvalidRequest
-from proxy.messages import content_text, validate_messages
 
 FULL_VOCABULARY = [
     {"role": "developer", "content": "Be terse."},

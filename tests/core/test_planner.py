@@ -8,17 +8,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.config import (
+from proxy.core.interactions import group
+from proxy.core.planner import DEEPER_SHARE, Plan, PriorSummary, plan
+from proxy.core.policy import (
     ClearToolResultsSettings,
     KeepSettings,
     ModelInfo,
     PolicySettings,
     TriggerSettings,
 )
-from proxy.interactions import group
-from proxy.planner import DEEPER_SHARE, Plan, PriorSummary, plan
-from proxy.summary_message import CLOSE_TAG, OPEN_TAG, render_summary_message
-from proxy.tokens import TokenCounter
+from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, render_summary_message
+from proxy.core.tokens import TokenCounter
 from tests.core.conftest import assistant, chat, system, tool, user
 from tests.core.strategies import agent_runs, conversations, tool_pairs_intact
 

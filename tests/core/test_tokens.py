@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from proxy.config import ModelInfo, Settings
-from proxy.tokens import (
+from proxy.config import Settings
+from proxy.core.policy import ModelInfo
+from proxy.core.tokens import (
     IMAGE_HIGH_TOKENS,
     IMAGE_LOW_TOKENS,
     TokenCounter,
@@ -162,7 +163,7 @@ def test_unloadable_encoding_warns_once_and_approximates(
         raise OSError("no route to host")
 
     counter = TokenCounter(load_encoding=offline)
-    with caplog.at_level(logging.WARNING, logger="proxy.tokens"):
+    with caplog.at_level(logging.WARNING, logger="proxy.core.tokens"):
         n = counter.count_messages([{"role": "user", "content": "x" * 400}], "gpt-4o")
         counter.count_messages([{"role": "user", "content": "y"}], "gpt-3.5-turbo")
     assert counter.approximate

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from proxy.config import ConfigError, ModelInfo, PolicySettings, TriggerSettings, parse_settings
-from proxy.planner import plan
-from proxy.tokens import TokenCounter
+from proxy.config import ConfigError, parse_settings
+from proxy.core.planner import plan
+from proxy.core.policy import ModelInfo, PolicySettings, TriggerSettings
+from proxy.core.tokens import TokenCounter
 from tests.core.conftest import assistant, chat, system, tool, user
 
 

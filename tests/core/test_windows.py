@@ -17,7 +17,8 @@ from proxy.calibration import (
     effective_window,
     prompt_tokens,
 )
-from proxy.config import CalibrationSettings, PolicySettings, Settings, parse_settings
+from proxy.config import CalibrationSettings, Settings, parse_settings
+from proxy.core.policy import PolicySettings
 from proxy.overflow import BufferedResponse
 from proxy.windows import (
     ModelWindows,

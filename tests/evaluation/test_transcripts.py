@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from proxy.core.messages import validate_messages
+from proxy.core.tokens import TokenCounter
 from proxy.evaluation.probes import CATEGORIES, identifier_probes
 from proxy.evaluation.synthetic import builtin_transcripts, coding_agent
 from proxy.evaluation.transcripts import read_jsonl
 from proxy.evaluation.truncation import truncate
-from proxy.messages import validate_messages
-from proxy.tokens import TokenCounter
 
 
 def test_builtin_transcripts_plant_every_category_and_are_seeded() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import openai
 
-from proxy.tokens import TokenCounter
+from proxy.core.tokens import TokenCounter
 from tests.mock_upstream import (
     MockUpstream,
     Received,

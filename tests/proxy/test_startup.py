@@ -10,7 +10,7 @@ import httpx
 import pytest
 import tiktoken
 
-from proxy.tokens import TokenCounter
+from proxy.core.tokens import TokenCounter
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SYSTEM, Provider
 from tests.proxy.test_compaction_e2e import client_for, config

@@ -8,7 +8,7 @@ import respx
 
 from proxy.app import summarizer_factory
 from proxy.config import parse_settings
-from proxy.tokens import TokenCounter
+from proxy.core.tokens import TokenCounter
 
 BASE = "http://provider.test/v1"
 

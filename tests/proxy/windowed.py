@@ -15,7 +15,7 @@ from typing import Any
 
 import openai
 
-from proxy.tokens import TokenCounter
+from proxy.core.tokens import TokenCounter
 from tests.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_chunks, sse_reply
 from tests.proxy.provider import SUMMARIZER_MODEL, Provider, take_turn
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.checkpoints import (
+from proxy.core.checkpoints import (
     HASHED_FIELDS,
     Checkpoint,
     Record,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.checkpoints import Checkpoint
+from proxy.core.checkpoints import Checkpoint
 from proxy.errors import StoreError
 from proxy.store import Store
 from proxy.store.breaker import CircuitBreaker

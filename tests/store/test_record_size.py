@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.checkpoints import Checkpoint
+from proxy.core.checkpoints import Checkpoint
 from proxy.store import Store
 from tests.store.conftest import StoreFactory
 

@@ -13,8 +13,8 @@ from pydantic import SecretStr
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from proxy.checkpoints import Checkpoint
 from proxy.config import ConfigError
+from proxy.core.checkpoints import Checkpoint
 from proxy.store import open_store
 from proxy.store.redis import (
     ClusterTarget,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from proxy.checkpoints import Checkpoint, find_deepest
+from proxy.core.checkpoints import Checkpoint, find_deepest
 from tests.store.conftest import StoreFactory
 
 pytestmark = pytest.mark.anyio

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.checkpoints import Checkpoint, Record
-from proxy.planner import Plan
+from proxy.core.checkpoints import Checkpoint, Record
+from proxy.core.planner import Plan
 
 
 def describe_plan(plan: Plan, *, include_messages: bool = True) -> dict[str, Any]:

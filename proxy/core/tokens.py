@@ -31,7 +31,7 @@ from typing import Any
 import tiktoken
 
 from proxy import wirejson
-from proxy.config import ModelInfo
+from proxy.core.policy import ModelInfo
 from proxy.errors import InvalidRequest
 
 log = logging.getLogger(__name__)

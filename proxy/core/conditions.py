@@ -15,7 +15,7 @@ from typing import Any
 
 from simpleeval import EvalWithCompoundTypes
 
-from proxy.messages import content_text
+from proxy.core.messages import content_text
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.messages import tool_call_ids
-from proxy.summary_message import is_agent_summary
+from proxy.core.messages import tool_call_ids
+from proxy.core.summary_message import is_agent_summary
 
 _PREAMBLE_ROLES = frozenset({"system", "developer"})
 _RESULT_ROLES = frozenset({"tool", "function"})

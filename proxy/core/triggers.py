@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from proxy.conditions import Condition
-from proxy.config import TriggerSettings
-from proxy.interactions import Grouping
-from proxy.messages import is_error_result, tool_names
+from proxy.core.conditions import Condition
+from proxy.core.interactions import Grouping
+from proxy.core.messages import is_error_result, tool_names
+from proxy.core.policy import TriggerSettings
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,7 @@ def _validate_message(index: int, message: object) -> None:
         if field in message and not isinstance(message[field], str):
             raise InvalidMessage(index, field, "must be a string")
     # Required, but an empty string is as valid as any other (the spec sets no minimum length,
-    # and providers accept it); pairing copes with empty ids (proxy.interactions).
+    # and providers accept it); pairing copes with empty ids (proxy.core.interactions).
     if role == "tool" and "tool_call_id" not in message:
         raise InvalidMessage(index, "tool_call_id", "is required for a tool message")
     if role == "function" and "name" not in message:

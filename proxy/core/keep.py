@@ -18,8 +18,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from proxy.config import KeepSettings
-from proxy.interactions import Grouping
+from proxy.core.interactions import Grouping
+from proxy.core.policy import KeepSettings
 
 FALLBACK_INTERACTIONS = 2
 

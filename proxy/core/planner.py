@@ -39,12 +39,12 @@ from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.config import ModelInfo, PolicySettings
-from proxy.interactions import Grouping, group, strip_agent_summaries
-from proxy.keep import first_kept, kept_tokens
-from proxy.summary_message import DEFAULT_MAX_CHARS, render_summary_message
-from proxy.tokens import REPLY_PRIMING, TokenCounter
-from proxy.triggers import Verdict, evaluate, measure
+from proxy.core.interactions import Grouping, group, strip_agent_summaries
+from proxy.core.keep import first_kept, kept_tokens
+from proxy.core.policy import ModelInfo, PolicySettings
+from proxy.core.summary_message import DEFAULT_MAX_CHARS, render_summary_message
+from proxy.core.tokens import REPLY_PRIMING, TokenCounter
+from proxy.core.triggers import Verdict, evaluate, measure
 
 FORCED = "forced"
 # Share of the near threshold that a deeper cut keeps verbatim: the rest is room for the summary

@@ -1,0 +1,148 @@
+"""The policy types the core plans with: triggers, keep, clearing of tool results, a model's window.
+
+Pydantic models, frozen and validated; the YAML loader (``proxy.config``) builds them from the
+config file, tests and the evaluation harness build them directly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from proxy.core.conditions import Condition
+
+
+class PolicyModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class TriggerSettings(PolicyModel):
+    input_tokens: NonNegativeInt = Field(0, description="Fire when the input exceeds N tokens.")
+    context_fraction: float = Field(
+        0.8, ge=0, le=1, description="Fire when the input exceeds this fraction of the window."
+    )
+    interactions: NonNegativeInt = Field(
+        0, description="Fire when more than N interactions came since the last summary."
+    )
+    interaction_tokens: NonNegativeInt = Field(
+        0, description="Fire when those interactions hold more than N tokens."
+    )
+    messages: NonNegativeInt = Field(
+        0, description="Fire when the request has more than N messages."
+    )
+    on_tool_success: tuple[str, ...] = Field(
+        (), description="Fire when one of these tools succeeded in the last interaction."
+    )
+    on_tool_error: tuple[str, ...] = Field(
+        (), description="Fire when one of these tools failed in the last interaction."
+    )
+    tool_error_pattern: str = Field(
+        r"(?i)^\s*(error|exception|traceback)\b",
+        description="A tool result matching this regex (or parsing as an error object) failed.",
+    )
+    conditions: tuple[str, ...] = Field(
+        (),
+        description="simpleeval expressions over `message`; only interactions with a message "
+        "matching all of them count towards the interaction triggers.",
+    )
+
+    @model_validator(mode="after")
+    def _check_expressions(self) -> TriggerSettings:
+        for i, expr in enumerate(self.conditions):
+            try:
+                Condition(expr)  # the same parser and vetting the planner uses
+            except ValueError as exc:
+                raise ValueError(f"conditions[{i}] is not a valid condition: {exc}") from exc
+        try:
+            re.compile(self.tool_error_pattern)
+        except re.error as exc:
+            raise ValueError(f"tool_error_pattern is not a valid regex: {exc}") from exc
+        return self
+
+
+class KeepSettings(PolicyModel):
+    """How much recent context stays verbatim: exactly one of the four."""
+
+    interactions: int | None = Field(None, ge=1, description="Keep the last N interactions.")
+    messages: int | None = Field(
+        None, ge=1, description="Keep at least N messages (rounded up to a safe cut point)."
+    )
+    tokens: int | None = Field(
+        None, ge=1, description="Keep up to N tokens, walking back by interactions and tool rounds."
+    )
+    fraction: float | None = Field(
+        None, gt=0, le=1, description="Keep up to this fraction of the model's window."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and not any(v is not None for v in data.values()):
+            return {"interactions": 2}
+        return data
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> KeepSettings:
+        chosen = [k for k in ("interactions", "messages", "tokens", "fraction") if getattr(self, k)]
+        if len(chosen) != 1:
+            raise ValueError(
+                f"set exactly one of interactions, messages, tokens, fraction; got {chosen}"
+            )
+        return self
+
+
+class ClearToolResultsSettings(PolicyModel):
+    older_than_interactions: NonNegativeInt = Field(
+        0, description="Stub tool results older than N interactions (0 = off)."
+    )
+    older_than_rounds: NonNegativeInt = Field(
+        0,
+        description="Stub tool results with N newer tool rounds after theirs, also inside one "
+        "long task (0 = off); either age clears.",
+    )
+    min_tokens: NonNegativeInt = Field(0, description="Only stub results larger than N tokens.")
+
+
+class PolicySettings(PolicyModel):
+    strategy: Literal["summarize", "neuralyze", "trim", "off"] = Field(
+        "summarize", description="What to do with old interactions when a trigger fires."
+    )
+    mode: Literal["ahead", "inline"] = Field(
+        "ahead", description="ahead: summarize in the background before the trigger fires."
+    )
+    soft_fraction: float = Field(
+        0.8, gt=0, le=1, description="Fraction of a trigger at which ahead-mode starts a summary."
+    )
+    trigger: TriggerSettings = Field(
+        default_factory=TriggerSettings,
+        description="Thresholds that start a compaction; any one fires, 0 or [] turns one off.",
+    )
+    keep: KeepSettings = Field(
+        default_factory=lambda: KeepSettings(interactions=2),
+        description="How much recent context stays verbatim: exactly one of the four keys.",
+    )
+    clear_tool_results: ClearToolResultsSettings = Field(
+        default_factory=ClearToolResultsSettings,
+        description="Replace old, large tool results by a short stub (pairs stay whole).",
+    )
+    window_tokens: NonNegativeInt = Field(0, description="Final hard token budget (0 = none).")
+    neuralyze_notice: str | None = Field(
+        None, description="neuralyze: an optional fixed notice put where old turns were dropped."
+    )
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _unquoted_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare `off` as false; `strategy: off` is what the docs say to write.
+        return "off" if value is False else value
+
+
+class ModelInfo(PolicyModel):
+    context_window: int = Field(gt=0, description="Tokens of the model's context window.")
+    encoding: str = Field("o200k_base", description="tiktoken encoding name.")
