@@ -170,6 +170,11 @@ class Compactor:
         return None
 
     async def rewrite(self, request: ClientRequest) -> Outgoing:
+        # Each message's key is computed once per request; later looks find it by identity.
+        with self.counter.facts.request():
+            return await self._rewrite(request)
+
+    async def _rewrite(self, request: ClientRequest) -> Outgoing:
         headers = _header_map(request.headers)
         decided = self._decided_by_headers(headers)
         if decided is not None:
@@ -249,7 +254,7 @@ class Compactor:
         return neutral
 
     def _plan_deepest(self, conv: Conversation, record: Record | None) -> Plan:
-        return self._plan(conv, find_deepest(record, conv.messages))
+        return self._plan(conv, find_deepest(record, conv.messages, facts=self.counter.facts))
 
     def _conversation(
         self,
@@ -347,7 +352,9 @@ class Compactor:
         conv = self._conversation(
             tenant, conversation_id, body, messages, name, policy, credentials=credentials
         )
-        checkpoint = find_deepest(await self.store.load(tenant, conversation_id), conv.messages)
+        checkpoint = find_deepest(
+            await self.store.load(tenant, conversation_id), conv.messages, facts=self.counter.facts
+        )
         forced = self._plan(conv, checkpoint, force=True)
         wanted = forced.summary_request
         if policy.strategy != "summarize" or wanted is None:
@@ -454,7 +461,9 @@ class Compactor:
             # The plan may be stale (a background job, or a summary finished by someone else
             # meanwhile): extend the deepest stored checkpoint, never re-read what it covers.
             existing = find_deepest(
-                await self.store.load(conv.tenant, conv.conversation_id), conv.messages
+                await self.store.load(conv.tenant, conv.conversation_id),
+                conv.messages,
+                facts=self.counter.facts,
             )
             if existing is not None and existing.covered >= wanted.covered:
                 return existing
@@ -523,7 +532,9 @@ class Compactor:
                 raise SummarizerError("another summary of this conversation did not finish in time")
             await asyncio.sleep(_POLL_SECONDS)
             found = find_deepest(
-                await self.store.load(conv.tenant, conv.conversation_id), conv.messages
+                await self.store.load(conv.tenant, conv.conversation_id),
+                conv.messages,
+                facts=self.counter.facts,
             )
             if found is not None and found.covered >= wanted.covered:
                 return found

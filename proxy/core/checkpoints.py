@@ -19,9 +19,12 @@ import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy import wirejson
+
+if TYPE_CHECKING:
+    from proxy.core.facts import FactCache
 
 # The fields of a message that the model reads (OpenAI's chat message schema), so the ones that
 # decide what the history *says*: two histories that differ in any of them must never share a
@@ -45,7 +48,9 @@ DIALECT_FIELD = "_hash"
 
 # Versioned seed: a change of canonical encoding must never match chains written by the old one.
 # v3: function_call, refusal and audio hashed; one running SHA-256 over JSON arrays (orjson).
-_SEED = hashlib.sha256(b"compaction-proxy/chain/v3").digest()
+# v4: the running SHA-256 is over each message's own SHA-256 (``message_digest``), which is
+# cached per message (proxy.core.facts): a history seen before is not hashed again (issue 9).
+_SEED = hashlib.sha256(b"compaction-proxy/chain/v4").digest()
 
 RECORD_VERSION = 1
 
@@ -72,20 +77,34 @@ def canonical_message(message: Message) -> bytes:
     return wirejson.canonical(values)
 
 
+def message_digest(message: Message) -> bytes:
+    """SHA-256 of the message's canonical bytes: what the chain is made of, one link a message.
+
+    Fixed-length links make the chain's input unambiguous, so two histories that differ in any
+    hashed field of any message have different chains unless SHA-256 collides.
+    """
+    return hashlib.sha256(canonical_message(message)).digest()
+
+
+def _digests(messages: Sequence[Message], facts: FactCache | None) -> list[bytes]:
+    if facts is None:
+        return [message_digest(m) for m in messages]
+    return facts.digests(messages)
+
+
 def iter_chain(messages: Sequence[Message]) -> Iterator[str]:
     """Yield the chain hash after each message: the i-th value stands for ``messages[:i + 1]``."""
     h = hashlib.sha256(_SEED)
     for message in messages:
-        h.update(canonical_message(message))
+        h.update(message_digest(message))
         yield h.copy().hexdigest()
 
 
-def chain_hash(messages: Sequence[Message]) -> str:
-    """The chain hash of exactly ``messages``: SHA-256 of the seed and each message's canonical
-    bytes in order (the empty history hashes to the seed alone)."""
+def chain_hash(messages: Sequence[Message], *, facts: FactCache | None = None) -> str:
+    """The chain hash of exactly ``messages``: SHA-256 of the seed and each message's digest in
+    order (the empty history hashes to the seed alone). ``facts`` caches the digests."""
     h = hashlib.sha256(_SEED)
-    for message in messages:
-        h.update(canonical_message(message))
+    h.update(b"".join(_digests(messages, facts)))
     return h.hexdigest()
 
 
@@ -156,10 +175,13 @@ class Record:
         return max((c.covered for c in self.checkpoints), default=0)
 
 
-def find_deepest(record: Record | None, messages: Sequence[Message]) -> Checkpoint | None:
+def find_deepest(
+    record: Record | None, messages: Sequence[Message], *, facts: FactCache | None = None
+) -> Checkpoint | None:
     """The deepest checkpoint whose chain equals the chain of the same prefix of ``messages``.
 
-    The prefix is hashed once, incrementally, only as far as the deepest candidate. Among
+    The prefix is hashed once, incrementally, only as far as the deepest candidate; ``facts``
+    caches each message's digest (a history seen before costs a lookup a message). Among
     checkpoints of equal depth the newest wins (records are newest first).
     """
     if record is None:
@@ -171,13 +193,14 @@ def find_deepest(record: Record | None, messages: Sequence[Message]) -> Checkpoi
     if not wanted:
         return None
     best: Checkpoint | None = None
+    digests = _digests(messages[: max(wanted)], facts)
     h = hashlib.sha256(_SEED)
-    for depth, message in enumerate(messages[: max(wanted)], start=1):
-        h.update(canonical_message(message))
-        candidates = wanted.get(depth)
-        if candidates:
-            link = h.copy().hexdigest()
-            best = next((cp for cp in candidates if cp.chain == link), best)
+    done = 0
+    for depth in sorted(wanted):
+        h.update(b"".join(digests[done:depth]))
+        done = depth
+        link = h.copy().hexdigest()
+        best = next((cp for cp in wanted[depth] if cp.chain == link), best)
     return best
 
 

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from proxy.core import facts
 from proxy.errors import InvalidMessage, InvalidRequest
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -30,13 +31,24 @@ _PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})  # need n
 
 
 def validate_messages(raw: object) -> list[dict[str, Any]]:
-    """Check a request's ``messages``; return the same list of dicts or raise InvalidMessage."""
+    """Check a request's ``messages``; return the same list of dicts or raise InvalidMessage.
+
+    Inside a request's fact scope (``proxy.core.facts``) a message validated before, on this
+    turn or an earlier one, is not checked again.
+    """
     if not isinstance(raw, list):
         raise InvalidRequest("messages must be an array", param="messages")
     if not raw:
         raise InvalidRequest("messages must not be empty", param="messages")
-    for index, message in enumerate(raw):
-        _validate_message(index, message)
+    cache = facts.current()
+    if cache is None:
+        for index, message in enumerate(raw):
+            _validate_message(index, message)
+        return raw
+    for index, known in enumerate(cache.scan(raw)):
+        if not known.valid:
+            _validate_message(index, raw[index])
+            known.valid = True
     return raw
 
 

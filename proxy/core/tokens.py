@@ -19,18 +19,16 @@ baked-in files) one warning is logged and a 4-bytes-per-token approximation is u
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
 import tiktoken
 
-from proxy import wirejson
+from proxy.core.facts import FactCache
 from proxy.core.policy import ModelInfo
 from proxy.errors import InvalidRequest
 
@@ -67,8 +65,9 @@ def _approximate(text: str) -> int:
 
 
 class TokenCounter:
-    """Counts messages per model; results are cached per (encoding, message content) hash in a
-    bounded LRU, so a long history is tokenized once, not on every request."""
+    """Counts messages per model; a message's count is cached per encoding with the rest of
+    what is known about it (``facts``, a bounded LRU keyed by the message's exact content), so
+    a long history is tokenized once, not on every request."""
 
     def __init__(
         self,
@@ -76,10 +75,10 @@ class TokenCounter:
         *,
         cache_size: int = 16_384,
         load_encoding: Callable[[str], Any] = tiktoken.get_encoding,
+        facts: FactCache | None = None,
     ) -> None:
         self._table = dict(model_table or {})
-        self._cache_size = cache_size
-        self._cache: OrderedDict[int, int] = OrderedDict()
+        self.facts = facts if facts is not None else FactCache(max_entries=cache_size)
         self._load_encoding = load_encoding
         self._lengths: dict[str, Length] = {}
         self._model_encoding: dict[str, str] = {}
@@ -148,27 +147,19 @@ class TokenCounter:
     def count_message(self, message: dict[str, Any], model: str) -> int:
         return self.per_message((message,), model)[0]
 
-    def per_message(self, messages: Iterable[dict[str, Any]], model: str) -> list[int]:
+    def per_message(self, messages: Sequence[dict[str, Any]], model: str) -> list[int]:
         encoding = self.encoding_name(model)
-        cache = self._cache
         counts = []
         # Big requests are counted in worker threads (proxy.compaction) while the event loop counts
-        # others: each cache operation is atomic, and losing a race only costs a recount.
-        for message in messages:
-            key = _cache_key(encoding, message)
-            tokens = cache.get(key)
+        # others: losing a race on the cache only costs a recount (proxy.core.facts).
+        for message, facts in zip(messages, self.facts.scan(messages), strict=True):
+            tokens = facts.tokens.get(encoding)
             if tokens is None:
-                tokens = _message_tokens(message, self._length(encoding))
-                cache[key] = tokens
-                if len(cache) > self._cache_size:
-                    with contextlib.suppress(KeyError):
-                        cache.popitem(last=False)
-            else:
-                cache[key] = cache.pop(key, tokens)  # most recently used: to the end
+                tokens = facts.tokens[encoding] = _message_tokens(message, self._length(encoding))
             counts.append(tokens)
         return counts
 
-    def count_messages(self, messages: Iterable[dict[str, Any]], model: str) -> int:
+    def count_messages(self, messages: Sequence[dict[str, Any]], model: str) -> int:
         """What the prompt costs: every message plus the reply priming."""
         return sum(self.per_message(messages, model)) + REPLY_PRIMING
 
@@ -193,57 +184,6 @@ class TokenCounter:
                     ) from exc
                 total += length(schema)
         return total
-
-
-_PLAIN_FIELDS = frozenset({"role", "content", "name", "tool_call_id"})
-_CALL_FIELDS = frozenset({"role", "content", "tool_calls"})
-
-
-def _cache_key(encoding: str, message: dict[str, Any]) -> int:
-    """A 64-bit keyed hash (Python's SipHash) of everything that is counted. Hashing the strings
-    directly, without JSON or a copy, is what makes a warm count ~30x faster than a cold one; a
-    collision would only misstate one count, never change what is sent."""
-    content = message.get("content")
-    text = content is None or isinstance(content, str)
-    calls = message.get("tool_calls")
-    if text and isinstance(calls, list) and message.keys() <= _CALL_FIELDS:
-        # An agent's turn: {role, content, tool_calls}; hash the calls' strings, skip JSON.
-        return hash(("calls", encoding, message.get("role"), content, *map(_call_key, calls)))
-    if text and message.keys() <= _PLAIN_FIELDS:
-        # The usual message: nothing but strings (the fast path of a long history).
-        return hash(
-            (
-                encoding,
-                message.get("role"),
-                message.get("name"),
-                message.get("tool_call_id"),
-                content,
-            )
-        )
-    plain = (
-        encoding,
-        message.get("role"),
-        message.get("name"),
-        message.get("tool_call_id"),
-        content if isinstance(content, str) else None,
-    )
-    # Keys starting with "_" are an adapter's (proxy/dialects/base.py) and never counted.
-    rest = {k: v for k, v in message.items() if k not in _PLAIN_FIELDS and k[:1] != "_"}
-    if not isinstance(content, str) and content is not None:
-        rest["content"] = content
-    calls = rest.pop("tool_calls", None)
-    if calls:  # the usual shape of an agent's turn: hash the calls' strings, skip JSON
-        plain = (*plain, *(_call_key(c) for c in calls))
-    if not rest:
-        return hash(plain)
-    return hash((*plain, wirejson.canonical(rest)))
-
-
-def _call_key(call: Any) -> tuple[Any, ...] | str:
-    function = call.get("function") if isinstance(call, dict) else None
-    if isinstance(function, dict) and len(call) <= 3 and len(function) <= 2:
-        return (call.get("id"), call.get("type"), function.get("name"), function.get("arguments"))
-    return wirejson.canonical(call)
 
 
 def _message_tokens(message: dict[str, Any], length: Length) -> int:

@@ -466,3 +466,21 @@ def test_a_summary_caused_by_a_tool_trigger_stays_applied(
     assert after[-1]["x-compaction"] == later[-1]["x-compaction"] == "applied"
     assert after[-1]["x-compaction-checkpoint"] == later[-1]["x-compaction-checkpoint"] != ""
     assert provider.summaries == 1
+
+
+def test_a_message_accepted_before_does_not_vouch_for_a_lookalike(
+    mock, provider: Provider, start_proxy
+) -> None:
+    """Issue 9's per-message cache remembers what passed validation: by exact content, so the
+    same message with a null ``name`` (what Python's None also stands for) is still refused."""
+    server = start_proxy(settings_for(mock.url, config("memory://")))
+    headers = {"authorization": f"Bearer {KEY}", "x-conversation-id": "lookalike"}
+    url = f"{server.url}/v1/chat/completions"
+    accepted = [{"role": "user", "content": "hi"}]
+    first = httpx.post(url, json={"model": "gpt-4o", "messages": accepted}, headers=headers)
+    assert first.status_code == 200
+    lookalike = [{"role": "user", "content": "hi", "name": None}]
+    response = httpx.post(url, json={"model": "gpt-4o", "messages": lookalike}, headers=headers)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages[0].name"
+    assert len(mock.received) == 1

@@ -1,0 +1,240 @@
+"""What is known about one message, cached by its exact content: that it passed validation, its
+token count per encoding and its digest in the checkpoint chain (issue 9: "one pass for
+validation + hashing + counting with the per-message caches"). A message seen on an earlier turn
+costs one dict lookup, not a validation, a tokenization and a SHA-256 of its text.
+
+The key is exact, never a hash standing for the message: the common shapes (``{role, content}``,
+a tool result, an assistant turn of function calls, all of them strings) are keyed by the tuple
+of their strings, anything else by its canonical JSON bytes. A dict lookup compares the key
+itself, so two messages that differ in anything validated, counted or hashed never share an
+entry, and no collision can give one history another's digest (the checkpoint chain's promise,
+``proxy.core.checkpoints``). The price is memory: the cache holds the text of the messages it
+knows, bounded by entries and by characters.
+
+Within one request the same message objects are looked at several times (validation, the chain,
+the planner's counts): inside ``FactCache.request()`` they are remembered by identity, so only
+the first look computes a key. Nothing may change a message inside that scope; a request's parsed
+body is never changed (``proxy.request.ClientRequest``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Hashable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from proxy import wirejson
+from proxy.core.checkpoints import DIALECT_FIELD, message_digest
+
+Message = dict[str, Any]
+
+_PLAIN = frozenset({"role", "content", "name", "tool_call_id"})
+_WITH_CALLS = frozenset({"role", "content", "tool_calls"})
+_CALL = frozenset({"id", "type", "function"})
+_FUNCTION = frozenset({"name", "arguments"})
+# Tags start the keys of the other shapes; a plain key has four items, so none can meet another.
+_CALLS_TAG = "\x00calls"
+_OTHER_TAG = "\x00json"
+_EVICT_TO = 0.75  # share of the bounds kept when the cache is trimmed
+
+
+class Facts:
+    """One message's cached facts, filled in by whoever needs them first."""
+
+    __slots__ = ("digest", "size", "tokens", "used", "valid")
+
+    def __init__(self, size: int) -> None:
+        self.valid = False  # passed proxy.core.messages.validate_messages
+        self.tokens: dict[str, int] = {}  # encoding name -> the message's tokens
+        self.digest: bytes | None = None  # proxy.core.checkpoints.message_digest
+        self.size = size  # characters its key holds (the cache's memory bound)
+        self.used = 0  # when it was last looked up (the cache's clock)
+
+
+class _Scope:
+    """One request's identity memo: id -> facts of the message objects looked up so far. The
+    messages are held, so no other object can take one of their ids meanwhile."""
+
+    __slots__ = ("cache", "facts", "held")
+
+    def __init__(self, cache: FactCache) -> None:
+        self.cache = cache
+        self.facts: dict[int, Facts] | None = {}
+        self.held: list[Any] = []
+
+    def close(self) -> None:
+        # A timer or task made during the request keeps a copy of its context, so of this scope,
+        # maybe for seconds: it must not keep the request's messages alive, nor memo new ones.
+        self.facts = None
+        self.held = []
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("proxy_message_facts", default=None)
+
+
+def current() -> FactCache | None:
+    """The cache of the request in progress (``FactCache.request``), if any."""
+    scope = _SCOPE.get()
+    return scope.cache if scope is not None and scope.facts is not None else None
+
+
+class FactCache:
+    """Facts per message, least recently used dropped first (in batches: a lookup only stamps
+    its entry). Safe to share with worker threads: a dict operation is atomic, changes of size
+    are made under a lock, and a lost race costs a recount, never a wrong fact."""
+
+    def __init__(self, *, max_entries: int = 16_384, max_chars: int = 64 << 20) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._entries: dict[Hashable, Facts] = {}
+        self._chars = 0
+        self._clock = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def chars(self) -> int:
+        """Characters of message text held now."""
+        return self._chars
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        """Within: a message object looked up once is found again by identity (see the module
+        docstring: messages must not change meanwhile)."""
+        scope = _Scope(self)
+        token = _SCOPE.set(scope)
+        try:
+            yield
+        finally:
+            scope.close()
+            _SCOPE.reset(token)
+
+    def scan(self, messages: Sequence[Any]) -> list[Facts]:
+        """The facts of each message, in order (entries made for messages not seen before)."""
+        self._clock += 1
+        clock = self._clock
+        entries = self._entries
+        scope = _SCOPE.get()
+        seen = scope.facts if scope is not None and scope.cache is self else None
+        out = []
+        for message in messages:
+            if seen is not None:
+                facts = seen.get(id(message))
+                if facts is not None:
+                    out.append(facts)
+                    continue
+            key = _key(message)
+            facts = entries.get(key)
+            if facts is None:
+                facts = self._add(key)
+            facts.used = clock
+            if seen is not None and scope is not None:
+                seen[id(message)] = facts
+                scope.held.append(message)
+            out.append(facts)
+        return out
+
+    def digests(self, messages: Sequence[Message]) -> list[bytes]:
+        """Each message's digest in the checkpoint chain, computed once per distinct message."""
+        out = []
+        for message, facts in zip(messages, self.scan(messages), strict=True):
+            digest = facts.digest
+            if digest is None:
+                digest = facts.digest = message_digest(message)
+            out.append(digest)
+        return out
+
+    def _add(self, key: Hashable) -> Facts:
+        facts = Facts(_size(key))
+        with self._lock:
+            known = self._entries.setdefault(key, facts)
+            if known is not facts:  # added meanwhile by another thread
+                return known
+            self._chars += facts.size
+            if len(self._entries) > self.max_entries or self._chars > self.max_chars:
+                self._trim()
+        return facts
+
+    def _trim(self) -> None:
+        """Drop the least recently used entries down to ``_EVICT_TO`` of both bounds (a batch,
+        so that a full cache sorts once per many misses, not on every one)."""
+        entries = self._entries
+        by_age = sorted(entries.items(), key=lambda item: item[1].used)
+        keep_entries = int(self.max_entries * _EVICT_TO)
+        keep_chars = int(self.max_chars * _EVICT_TO)
+        for key, facts in by_age:
+            if len(entries) <= keep_entries and self._chars <= keep_chars:
+                break
+            del entries[key]
+            self._chars -= facts.size
+
+
+def _size(key: Hashable) -> int:
+    if isinstance(key, tuple):
+        return sum(len(part) for part in key if isinstance(part, str | bytes))
+    return 0
+
+
+def _key(message: Any) -> Hashable:
+    """An exact key of everything validated, counted or hashed in ``message``.
+
+    In the fast shapes None stands only for an absent field (or a null ``content``, which
+    validation, counting and the chain treat as an absent one); a field of any other type or a
+    null one sends the message to the canonical JSON key, which tells every JSON value apart
+    (``1``, ``1.0``, ``true``). An adapter's private fields (``_wire``) are neither validated,
+    counted nor hashed and stay out of the key, except the hashed ``_hash``.
+    """
+    if type(message) is not dict:
+        return (_OTHER_TAG, wirejson.canonical(message))
+    get = message.get
+    content = get("content")
+    role = get("role")
+    if (content is None or type(content) is str) and type(role) is str:
+        keys = message.keys()
+        if keys <= _PLAIN:
+            name = get("name")
+            call_id = get("tool_call_id")
+            if (
+                (name is None or type(name) is str)
+                and (call_id is None or type(call_id) is str)
+                and len(message)
+                == 1 + ("content" in message) + (name is not None) + (call_id is not None)
+            ):
+                return (role, content, name, call_id)
+        elif keys <= _WITH_CALLS:
+            key = _calls_key(role, content, get("tool_calls"))
+            if key is not None:
+                return key
+    fields = {k: v for k, v in message.items() if k[:1] != "_" or k == DIALECT_FIELD}
+    return (_OTHER_TAG, wirejson.canonical(fields))
+
+
+def _calls_key(role: str, content: str | None, calls: object) -> tuple[str | None, ...] | None:
+    """The key of ``{role, content, tool_calls}`` when every call is ``{id, type?, function:
+    {name, arguments}}`` of strings; else None."""
+    if type(calls) is not list:
+        return None
+    key: list[str | None] = [_CALLS_TAG, role, content]
+    for call in calls:
+        if type(call) is not dict or not call.keys() <= _CALL:
+            return None
+        function = call.get("function")
+        if type(function) is not dict or len(function) != 2 or not function.keys() <= _FUNCTION:
+            return None
+        call_id = call.get("id")
+        kind = call.get("type")
+        name = function.get("name")
+        arguments = function.get("arguments")
+        if not (
+            type(call_id) is str
+            and type(name) is str
+            and type(arguments) is str
+            and (type(kind) is str if len(call) == 3 else kind is None and len(call) == 2)
+        ):
+            return None
+        key += (call_id, kind, name, arguments)
+    return tuple(key)

@@ -1,0 +1,144 @@
+"""The per-message fact cache (issue 9): exact keys, so that a cached validation, count or chain
+digest never stands for a message that differs in anything validated, counted or hashed."""
+
+from __future__ import annotations
+
+import contextvars
+import gc
+import weakref
+from typing import Any
+
+import pytest
+
+from proxy.core.checkpoints import Checkpoint, Record, chain_hash, find_deepest, message_digest
+from proxy.core.facts import FactCache
+from proxy.core.messages import validate_messages
+from proxy.core.tokens import TokenCounter
+from proxy.errors import InvalidMessage
+from tests.core.conftest import assistant, tool, user
+
+Message = dict[str, Any]
+
+
+def calls(arguments: Any, **call: Any) -> Message:
+    """An assistant turn with one function call."""
+    made = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    return {"role": "assistant", "content": None, "tool_calls": [{**made, **call}]}
+
+
+# Pairs that Python's == calls equal, or that a key of strings could confuse, but that differ
+# in what the provider reads: each must have facts of its own.
+LOOKALIKES = [
+    ({"role": "user", "content": [{"type": "x", "n": 1}]}, {"role": "user", "content": [{"type": "x", "n": True}]}),
+    ({"role": "user", "content": [{"type": "x", "n": 1}]}, {"role": "user", "content": [{"type": "x", "n": 1.0}]}),
+    (calls("{}"), calls("{}", type=None)),
+    (calls("{}"), {**calls("{}"), "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]}),
+    (calls("{}"), {**calls("{}"), "function_call": {"name": "f", "arguments": "{}"}}),
+    (user("a"), {**user("a"), "name": "bob"}),
+    (tool("c1", "out"), tool("c2", "out")),
+    (user("a"), {**user("a"), "_hash": ["reasoning"]}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("a", "b"), LOOKALIKES)
+def test_lookalike_messages_never_share_facts(a: Message, b: Message) -> None:
+    cache = FactCache()
+    first, second = cache.scan([a, b])
+    assert first is not second
+    if message_digest(a) != message_digest(b):
+        assert cache.digests([a, b]) == [message_digest(a), message_digest(b)]
+
+
+def test_equal_content_shares_facts_and_private_fields_do_not_count() -> None:
+    cache = FactCache()
+    a = {"role": "user", "content": "same"}
+    copy = {"content": "same", "role": "user"}  # another object, another key order
+    assert cache.scan([a])[0] is cache.scan([copy])[0]
+    # An adapter's wire items are neither counted nor hashed (its ``_hash`` is): not keyed.
+    wired = {**a, "_wire": [{"type": "message", "id": "1"}]}
+    assert cache.scan([wired])[0] is cache.scan([{**a, "_wire": [{"id": "2"}]}])[0]
+    assert len(cache) == 2
+
+
+def test_a_history_edited_in_any_hashed_field_misses_the_checkpoint_through_the_cache() -> None:
+    counter = TokenCounter()
+    history = [user("go"), calls('{"path": "/tmp"}'), tool("c1", "listing"), user("next")]
+    checkpoint = Checkpoint.create(history, covered=3, summary="S")
+    record = Record(owner="o", checkpoints=(checkpoint,))
+    assert find_deepest(record, history, facts=counter.facts) == checkpoint
+    for edited in (
+        [user("go"), calls('{"path": "/"}'), *history[2:]],
+        [user("go"), calls('{"path": "/tmp"}', type="other"), *history[2:]],
+        [
+            user("go"),
+            {**history[1], "function_call": {"name": "g", "arguments": "{}"}},
+            *history[2:],
+        ],
+        [user("go"), history[1], tool("c1", "listing!"), history[3]],
+    ):
+        assert find_deepest(record, edited, facts=counter.facts) is None
+        assert chain_hash(edited[:3], facts=counter.facts) == chain_hash(edited[:3])
+    assert find_deepest(record, [dict(m) for m in history], facts=counter.facts) == checkpoint
+
+
+def test_a_message_validated_before_does_not_vouch_for_a_lookalike() -> None:
+    cache = FactCache()
+    valid = {"role": "user", "content": "hi"}
+    null_name = {"role": "user", "content": "hi", "name": None}
+    with cache.request():
+        validate_messages([valid])
+        with pytest.raises(InvalidMessage, match="name"):
+            validate_messages([null_name])
+    with cache.request():  # a later request: the valid one is known, the other is checked again
+        assert validate_messages([{"role": "user", "content": "hi"}])
+        with pytest.raises(InvalidMessage, match="name"):
+            validate_messages([{"role": "user", "content": "hi", "name": None}])
+
+
+def test_counts_follow_a_message_changed_between_requests() -> None:
+    counter = TokenCounter()
+    message = user("short")
+    with counter.facts.request():
+        before = counter.count_message(message, "gpt-4o")
+    message["content"] = "a much longer text than before " * 10
+    with counter.facts.request():
+        assert counter.count_message(message, "gpt-4o") > before
+
+
+class Traced(dict):  # a dict that can be watched with a weak reference
+    pass
+
+
+def test_a_context_kept_after_the_request_does_not_keep_its_messages() -> None:
+    """A timer made during a request copies its context (and so the request's scope): the
+    messages must still be freed when the request ends."""
+    cache = FactCache()
+    message = Traced(role="user", content="x" * 1000)
+    watch = weakref.ref(message)
+    with cache.request():
+        cache.scan([message])
+        kept = contextvars.copy_context()  # what loop.call_later(...) holds until it fires
+    del message
+    gc.collect()
+    assert watch() is None
+    assert kept.run(cache.scan, [user("later")])  # a closed scope memoises nothing
+
+
+def test_the_cache_is_bounded_by_entries_and_by_characters() -> None:
+    by_entries = FactCache(max_entries=8)
+    by_entries.scan([user(f"message {i}") for i in range(100)])
+    assert len(by_entries) <= 8
+    by_chars = FactCache(max_chars=10_000)
+    by_chars.scan([user(f"{i} " + "x" * 1000) for i in range(100)])
+    assert by_chars.chars <= 10_000 and len(by_chars) <= 10
+    recent = user("99 " + "x" * 1000)
+    assert by_chars.scan([recent])[0] is by_chars.scan([dict(recent)])[0]
+
+
+def test_the_least_recently_used_go_first() -> None:
+    cache = FactCache(max_entries=4)
+    hot = assistant("hot")
+    known = cache.scan([hot])[0]
+    for i in range(20):
+        cache.scan([hot, user(f"cold {i}")])
+    assert cache.scan([dict(hot)])[0] is known
