@@ -27,15 +27,12 @@ from proxy.core.policy import (
     ModelInfo,
     PolicySettings,
 )
+from proxy.errors import ConfigError
 from proxy.families import FAMILIES
 
 CONFIG_PATH_ENV = "COMPACTION_PROXY_CONFIG"
 UPSTREAM_URL_ENV = "COMPACTION_PROXY_UPSTREAM_URL"
 UPSTREAM_KEY_ENV = "COMPACTION_PROXY_UPSTREAM_API_KEY"
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the key (and line) at fault."""
 
 
 class _Model(BaseModel):

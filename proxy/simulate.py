@@ -23,14 +23,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from proxy.config import ConfigError, Settings, load_settings
+from proxy.config import Settings, load_settings
 from proxy.core.messages import calls_text, content_text, validate_messages
 from proxy.core.plan_view import describe_plan
 from proxy.core.planner import Plan, plan
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.core.triggers import compile_conditions
-from proxy.errors import InvalidRequest, SummarizerError
+from proxy.errors import ConfigError, InvalidRequest, SummarizerError
 from proxy.policies import choose_policy
 from proxy.summarizer import summarizer_factory
 from proxy.windows import ModelWindows
