@@ -67,13 +67,3 @@ class ChatRewriter(Protocol):
         ...
 
     async def rewrite(self, request: ChatRequest) -> Outgoing: ...
-
-
-class PassThroughRewriter:
-    """Forwards the body byte-identical."""
-
-    def untouched(self, headers: RawHeaders) -> RawHeaders | None:
-        return []
-
-    async def rewrite(self, request: ChatRequest) -> Outgoing:
-        return Outgoing(body=request.raw)

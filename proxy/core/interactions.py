@@ -61,11 +61,6 @@ class Grouping:
         """Message index where interaction k starts (``total`` when k is past the end)."""
         return self.starts[k] if k < len(self.starts) else self.total
 
-    def index_of(self, message_index: int) -> int | None:
-        """The interaction that starts exactly at ``message_index``, if any."""
-        k = bisect_left(self.starts, message_index)
-        return k if k < len(self.starts) and self.starts[k] == message_index else None
-
     def interaction_at(self, message_index: int) -> int:
         """The interaction holding ``message_index`` (-1 inside the preamble)."""
         return bisect_right(self.starts, message_index) - 1
