@@ -1,31 +1,34 @@
-"""A chat completion request as the proxy sees it, and the hook where compaction plugs in."""
+"""A client's request as the proxy sees it, whatever its dialect, and the hook where compaction
+plugs in (docs/architecture.md, "The request path")."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from proxy import wirejson
-from proxy.errors import InvalidRequest
 from proxy.upstream.base import RawHeaders
+
+if TYPE_CHECKING:
+    from proxy.dialects.base import Dialect
 
 
 @dataclass(frozen=True)
-class ChatRequest:
-    """A client's chat completion request. The body is parsed on first use only: a request the
-    headers alone send through untouched (``X-Compaction: off``, no conversation) is forwarded
-    as the bytes that came, without paying for JSON (issue 9)."""
+class ClientRequest:
+    """A client's request to a compacted route. The body is parsed on first use only: a request
+    the headers alone send through untouched (``X-Compaction: off``, no conversation) is
+    forwarded as the bytes that came, without paying for JSON (issue 9)."""
 
     raw: bytes  # the body exactly as the client sent it
     headers: RawHeaders  # the client's request headers, as received
+    dialect: Dialect
 
     @cached_property
     def body(self) -> dict[str, Any]:
         """The parsed, checked body (do not mutate: rewrites build a new one); raises
-        InvalidRequest for a body every chat completion would refuse."""
-        return parse_chat_body(self.raw)
+        InvalidRequest for a body every request of the dialect would refuse."""
+        return self.dialect.parse(self.raw)
 
 
 @dataclass(frozen=True)
@@ -41,24 +44,8 @@ class Outgoing:
     observe: Callable[[int, RawHeaders, bytes], None] | None = None
 
 
-def parse_chat_body(raw: bytes) -> dict[str, Any]:
-    """Parse and check the parts every chat completion needs; anything else is the provider's."""
-    body = wirejson.parse(raw)
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
-    if "messages" not in body:
-        raise InvalidRequest(
-            "'messages' is required", param="messages", code="missing_required_parameter"
-        )
-    if not isinstance(body["messages"], list):
-        raise InvalidRequest("'messages' must be an array", param="messages", code="invalid_type")
-    if "model" in body and not isinstance(body["model"], str):
-        raise InvalidRequest("'model' must be a string", param="model", code="invalid_type")
-    return body
-
-
-class ChatRewriter(Protocol):
-    """The compaction hook: turns a client's chat request into what the provider receives."""
+class Rewriter(Protocol):
+    """The compaction hook: turns a client's request into what the provider receives."""
 
     def untouched(self, headers: RawHeaders) -> RawHeaders | None:
         """When the request headers alone say the body goes out as it came: the headers to add
@@ -66,4 +53,4 @@ class ChatRewriter(Protocol):
         None: the body is read and given to ``rewrite``."""
         ...
 
-    async def rewrite(self, request: ChatRequest) -> Outgoing: ...
+    async def rewrite(self, request: ClientRequest) -> Outgoing: ...
