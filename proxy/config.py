@@ -1,4 +1,4 @@
-"""Typed, validated settings: the YAML contract of DESIGN.md ("The config surface").
+"""Typed, validated settings: the YAML contract (docs/configuration.md, generated from here).
 
 Settings are read once, at start-up, into frozen pydantic models. Every key has a default and a
 description (the configuration reference is generated from them). Errors name the key path and,

@@ -1,6 +1,6 @@
 """Grouping a message list into a preamble and interactions, and where it may be cut.
 
-DESIGN.md ("Interactions"): the preamble is the leading run of system/developer messages; an
+docs/policies.md ("Interactions"): the preamble is the leading run of system/developer messages; an
 interaction is one user message plus every message after it up to the next user message;
 messages before the first user message that are not system form interaction 0. A system
 message in the middle of the conversation belongs to the interaction it sits in, so the
