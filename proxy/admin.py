@@ -4,6 +4,9 @@ Reading a conversation needs its tenant, and the tenant is derived from the call
 the admin sends it in ``X-Caller-Authorization`` (as the caller would send Authorization). Only
 with ``admin.cross_tenant: true`` may ``X-Tenant`` name a tenant directly, so an admin token alone
 cannot read other tenants' content unless the config says so.
+
+The preview (a dry run) and the forced compaction are admin code built on the ``Compactor``'s
+public primitives, not entry points of the request path (docs/architecture.md).
 """
 
 from __future__ import annotations
