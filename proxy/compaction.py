@@ -36,7 +36,7 @@ from proxy.metrics import Metrics
 from proxy.policies import POLICY_HEADER, SWITCH_HEADER, choose_policy
 from proxy.request import ClientRequest, Outgoing
 from proxy.store import Store
-from proxy.summarizer import Summarizer
+from proxy.summarizer import SummarizerFactory
 from proxy.tenancy import (
     Credentials,
     credential_from_headers,
@@ -60,8 +60,6 @@ AHEAD = "summarize-ahead"
 # Bodies larger than this are parsed, planned and encoded in a worker thread. Below it the work
 # takes about a millisecond or two, less than handing it to a thread and back would cost.
 OFFLOAD_BYTES = 1 << 20
-
-SummarizerFactory = Callable[[Credentials | None], Summarizer]
 
 
 async def _work(heavy: bool, function: Callable[..., T], *args: Any) -> T:
