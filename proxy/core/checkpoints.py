@@ -137,9 +137,16 @@ class Record:
     checkpoints: tuple[Checkpoint, ...] = ()
     conversation_id: str = ""
     updated_at: float = 0.0
+    # Checkpoints an operator set aside by restoring an older one (``proxy.core.history``): kept
+    # in the history, never applied or extended by a request that does not pin them.
+    retired: frozenset[str] = frozenset()
 
     def get(self, checkpoint_id: str) -> Checkpoint | None:
         return next((c for c in self.checkpoints if c.id == checkpoint_id), None)
+
+    def active(self) -> Iterator[Checkpoint]:
+        """The checkpoints a request may apply, newest first."""
+        return (c for c in self.checkpoints if c.id not in self.retired)
 
     @property
     def depth(self) -> int:
@@ -148,7 +155,8 @@ class Record:
 
 
 def find_deepest(record: Record | None, messages: Sequence[Message]) -> Checkpoint | None:
-    """The deepest checkpoint whose chain equals the chain of the same prefix of ``messages``.
+    """The deepest active checkpoint whose chain equals the chain of the same prefix of
+    ``messages``.
 
     The prefix is hashed once, incrementally, only as far as the deepest candidate. Among
     checkpoints of equal depth the newest wins (records are newest first).
@@ -156,7 +164,7 @@ def find_deepest(record: Record | None, messages: Sequence[Message]) -> Checkpoi
     if record is None:
         return None
     wanted: dict[int, list[Checkpoint]] = {}
-    for cp in record.checkpoints:
+    for cp in record.active():
         if 0 < cp.covered <= len(messages):
             wanted.setdefault(cp.covered, []).append(cp)
     if not wanted:
@@ -185,23 +193,30 @@ def extend(
 
     The conditional-write rule (issue 4): a checkpoint is written only if it extends what is
     stored: the record is empty, its parent is still present, or it covers more than anything
-    stored. A checkpoint already present returns the record unchanged (an idempotent retry).
+    stored. A checkpoint already present returns the record unchanged (an idempotent retry); one
+    whose parent an operator retired meanwhile is refused (a summary of a set-aside branch).
     Everything else already stored is kept, newest first, up to ``max_checkpoints``.
     """
+    retired: frozenset[str] = frozenset()
     if record is None or not record.checkpoints:
         kept: tuple[Checkpoint, ...] = ()
     else:
         if record.get(checkpoint.id) is not None:
             return record
+        if checkpoint.parent_id in record.retired:
+            return None
         parent_present = checkpoint.parent_id is not None and record.get(checkpoint.parent_id)
         if not parent_present and checkpoint.covered <= record.depth:
             return None
         kept = record.checkpoints
+        retired = record.retired
+    checkpoints = (checkpoint, *kept)[:max_checkpoints]
     return Record(
         owner=owner,
-        checkpoints=(checkpoint, *kept)[:max_checkpoints],
+        checkpoints=checkpoints,
         conversation_id=conversation_id,
         updated_at=time.time() if now is None else now,
+        retired=retired & {c.id for c in checkpoints},
     )
 
 
@@ -233,6 +248,9 @@ def encode_record(record: Record) -> bytes:
             {k: getattr(cp, k) for k in _CHECKPOINT_FIELDS} for cp in record.checkpoints
         ],
     }
+    retired = sorted(c.id for c in record.checkpoints if c.id in record.retired)
+    if retired:  # absent unless an operator restored: a record without it reads as before
+        data["retired"] = retired
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -260,9 +278,13 @@ def decode_record(raw: bytes) -> Record:
         checkpoints.append(
             Checkpoint(**{k: _checked(item, k, t) for k, t in _CHECKPOINT_FIELDS.items()})
         )
+    retired = data.get("retired", [])
+    if not isinstance(retired, list) or not all(isinstance(i, str) for i in retired):
+        raise RecordError("field 'retired' has the wrong type")
     return Record(
         owner=_checked(data, "owner", (str,)),
         checkpoints=tuple(checkpoints),
         conversation_id=_checked(data, "conversation_id", (str,)),
         updated_at=float(_checked(data, "updated_at", (int, float))),
+        retired=frozenset(retired),
     )

@@ -43,9 +43,9 @@ from proxy.core.checkpoints import (
     encode_record,
     extend,
 )
-from proxy.errors import StoreError
+from proxy.errors import PayloadTooLarge, StoreError
 from proxy.sealing import Sealer, SealError
-from proxy.store.base import Backend
+from proxy.store.base import Backend, IndexEntry
 from proxy.store.breaker import CircuitBreaker
 from proxy.store.memory import MemoryBackend
 from proxy.tenancy import SECRET_KEY, Tenancy
@@ -99,8 +99,16 @@ class ConversationInfo:
     conversation_id: str
     checkpoints: int
     covered: int
-    updated_at: float
+    updated_at: float  # last written
     ttl_seconds: float | None
+    last_used: float = 0.0  # last read by a request or written, seconds since the epoch
+    bytes: int = 0  # the stored value's size
+
+
+@dataclass(frozen=True)
+class ConversationPage:
+    conversations: list[ConversationInfo]
+    next_before: float | None  # pass as ``before`` for the next page; None: this was the last
 
 
 class Store:
@@ -127,6 +135,7 @@ class Store:
         self._lock_ttl_ms = int(settings.lock_ttl_seconds * 1000)
         self._max_checkpoints = settings.max_checkpoints
         self._max_record_bytes = settings.max_record_bytes
+        self._max_listed = settings.max_listed_conversations
         self._outage_since: float | None = None
         self._last_error: str | None = None
         # No configured secret: the tenancy's secret lives in Redis, shared by every replica.
@@ -231,8 +240,9 @@ class Store:
         """The conversation's record, refreshing its TTL; None on a miss or any failure."""
         self.counters.loads += 1
         key = self.tenancy.record_key(tenant, conversation_id)
+        touch = self._index_entry(tenant, key)
         try:
-            raw = await self._resilient(lambda b: b.get(key, ttl_ms=self._ttl_ms))
+            raw = await self._resilient(lambda b: b.get(key, ttl_ms=self._ttl_ms, touch=touch))
         except StoreError:
             raw = None
         record = (
@@ -249,6 +259,17 @@ class Store:
 
     def _owner(self, tenant: str, conversation_id: str) -> str:
         return self.tenancy.owner(tenant, conversation_id)
+
+    def _index_entry(self, tenant: str, key: str, *, limit: int = 0) -> IndexEntry:
+        """``key``'s place in the tenant's listing, as of now."""
+        index = self.tenancy.index_key(tenant)
+        return IndexEntry(index, key, time.time(), self._ttl_ms, limit)
+
+    async def _indexed(self, backend: Backend, tenant: str, key: str) -> None:
+        """After a write: the record is listed, newest first. The index only serves the admin
+        listing, so a failure here never undoes or fails the write."""
+        with contextlib.suppress(StoreError):
+            await backend.index_add(self._index_entry(tenant, key, limit=self._max_listed))
 
     async def add_checkpoint(
         self, tenant: str, conversation_id: str, checkpoint: Checkpoint
@@ -285,6 +306,7 @@ class Store:
                     return False
                 if await backend.compare_and_set(key, raw, sealed, ttl_ms=self._ttl_ms):
                     self.counters.writes += 1
+                    await self._indexed(backend, tenant, key)
                     return True
                 self.counters.write_conflicts += 1
                 # Jittered backoff so that a crowd of writers spreads out instead of colliding again.
@@ -346,41 +368,102 @@ class Store:
     async def delete(self, tenant: str, conversation_id: str) -> bool:
         """Forget the conversation; True if it was stored. StoreError when that cannot be done."""
         key = self.tenancy.record_key(tenant, conversation_id)
-        deleted = await self._primary(lambda b: b.delete(key))
+        index = self.tenancy.index_key(tenant)
+
+        async def forget(backend: Backend) -> bool:
+            deleted = await backend.delete(key)
+            await backend.index_remove(index, [key])
+            return deleted
+
+        deleted = await self._primary(forget)
         if self._fallback is not None:
-            deleted = await self._fallback.delete(key) or deleted
+            deleted = await forget(self._fallback) or deleted
         return deleted
 
-    async def list_conversations(self, tenant: str, *, limit: int = 100) -> list[ConversationInfo]:
-        """Up to ``limit`` of the tenant's conversations; StoreError when the store cannot answer."""
-        prefix = self.tenancy.tenant_prefix(tenant)
+    async def change(
+        self, tenant: str, conversation_id: str, edit: Callable[[Record], Record]
+    ) -> Record | None:
+        """Apply an operator's ``edit`` to the stored record (compare-and-set, so no concurrent
+        summary is lost) and return the record as written; None when there is none. ``edit``
+        may raise to refuse; StoreError when the store cannot answer or the write keeps losing,
+        PayloadTooLarge when what it adds does not fit ``store.max_record_bytes`` alone."""
+        key = self.tenancy.record_key(tenant, conversation_id)
+        owner = self._owner(tenant, conversation_id)
 
-        async def collect(backend: Backend) -> list[ConversationInfo]:
-            infos = []
-            for key in await backend.scan(prefix, limit=limit):
+        async def write(backend: Backend) -> Record | None:
+            for _ in range(_CAS_ATTEMPTS):
                 raw = await backend.get(key)
-                record = None if raw is None else self._open(key, raw, owner=None)
+                record = None if raw is None else self._open(key, raw, owner=owner)
                 if record is None:
-                    continue
-                named = self.tenancy.open_conversation_id(tenant, record.conversation_id, key=key)
-                # The record names its conversation; it must be the one this key belongs to.
-                if named is None or key != self.tenancy.record_key(tenant, named):
-                    continue
-                if record.owner != self._owner(tenant, named):
-                    continue
-                ttl = await backend.ttl_ms(key)
-                infos.append(
-                    ConversationInfo(
-                        conversation_id=named,
-                        checkpoints=len(record.checkpoints),
-                        covered=record.depth,
-                        updated_at=record.updated_at,
-                        ttl_seconds=None if ttl is None else ttl / 1000,
+                    return None
+                updated = edit(record)
+                sealed = self._seal_within_limit(key, updated)
+                if sealed is None:
+                    raise PayloadTooLarge(
+                        "the new checkpoint alone exceeds store.max_record_bytes "
+                        f"({self._max_record_bytes})",
+                        code="record_too_large",
                     )
-                )
-            return infos
+                if await backend.compare_and_set(key, raw, sealed, ttl_ms=self._ttl_ms):
+                    self.counters.writes += 1
+                    await self._indexed(backend, tenant, key)
+                    return self._open(key, sealed, owner=owner)
+                self.counters.write_conflicts += 1
+                await asyncio.sleep(random.uniform(0, 0.01))
+            raise StoreError("the record kept changing under the write; try again")
+
+        record = await self._primary(write, factor=_WRITE_TIMEOUT_FACTOR)
+        return None if record is None else replace(record, conversation_id=conversation_id)
+
+    async def list_conversations(
+        self, tenant: str, *, limit: int = 100, before: float | None = None
+    ) -> ConversationPage:
+        """The tenant's conversations, most recently used first, ``limit`` at a time from
+        ``before`` (a page's ``next_before``); StoreError when the store cannot answer.
+
+        Read from the tenant's index (no scan of the keyspace); members whose record expired or
+        does not open as this tenant's are dropped from it on the way.
+        """
+        index = self.tenancy.index_key(tenant)
+
+        async def collect(backend: Backend) -> ConversationPage:
+            entries = await backend.index_page(index, before=before, limit=limit)
+            values = await backend.get_many([key for key, _ in entries])
+            infos, stale = [], []
+            for (key, last_used), (raw, ttl) in zip(entries, values, strict=True):
+                info = None if raw is None else self._listed(tenant, key, raw, ttl, last_used)
+                if info is None:
+                    stale.append(key)
+                else:
+                    infos.append(info)
+            with contextlib.suppress(StoreError):
+                await backend.index_remove(index, stale)
+            more = len(entries) == limit
+            return ConversationPage(infos, entries[-1][1] if more and entries else None)
 
         return await self._primary(collect, factor=_WRITE_TIMEOUT_FACTOR)
+
+    def _listed(
+        self, tenant: str, key: str, raw: bytes, ttl: int | None, last_used: float
+    ) -> ConversationInfo | None:
+        record = self._open(key, raw, owner=None)
+        if record is None:
+            return None
+        named = self.tenancy.open_conversation_id(tenant, record.conversation_id, key=key)
+        # The record names its conversation; it must be the one this key belongs to.
+        if named is None or key != self.tenancy.record_key(tenant, named):
+            return None
+        if record.owner != self._owner(tenant, named):
+            return None
+        return ConversationInfo(
+            conversation_id=named,
+            checkpoints=len(record.checkpoints),
+            covered=record.depth,
+            updated_at=record.updated_at,
+            ttl_seconds=None if ttl is None else ttl / 1000,
+            last_used=last_used,
+            bytes=len(raw),
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
 
