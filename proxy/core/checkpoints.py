@@ -44,6 +44,10 @@ _SEED = hashlib.sha256(b"compaction-proxy/chain/v3").digest()
 
 RECORD_VERSION = 1
 
+# The strategy of a summary an operator wrote (``proxy.core.history``): a child of the checkpoint
+# it corrects, over the same messages.
+EDITED = "edited"
+
 Message = Mapping[str, Any]
 
 
@@ -194,7 +198,8 @@ def extend(
     The conditional-write rule (issue 4): a checkpoint is written only if it extends what is
     stored: the record is empty, its parent is still present, or it covers more than anything
     stored. A checkpoint already present returns the record unchanged (an idempotent retry); one
-    whose parent an operator retired meanwhile is refused (a summary of a set-aside branch).
+    whose parent an operator retired or corrected meanwhile is refused (it was summarized from a
+    set-aside branch or from the text the operator replaced).
     Everything else already stored is kept, newest first, up to ``max_checkpoints``.
     """
     retired: frozenset[str] = frozenset()
@@ -203,7 +208,7 @@ def extend(
     else:
         if record.get(checkpoint.id) is not None:
             return record
-        if checkpoint.parent_id in record.retired:
+        if checkpoint.parent_id in record.retired or _corrected(record, checkpoint.parent_id):
             return None
         parent_present = checkpoint.parent_id is not None and record.get(checkpoint.parent_id)
         if not parent_present and checkpoint.covered <= record.depth:
@@ -217,6 +222,14 @@ def extend(
         conversation_id=conversation_id,
         updated_at=time.time() if now is None else now,
         retired=retired & {c.id for c in checkpoints},
+    )
+
+
+def _corrected(record: Record, checkpoint_id: str | None) -> bool:
+    """An operator corrected ``checkpoint_id``: an active correction of it is stored."""
+    parent = record.get(checkpoint_id) if checkpoint_id is not None else None
+    return parent is not None and any(
+        c.parent_id == parent.id and c.strategy == EDITED for c in record.active()
     )
 
 

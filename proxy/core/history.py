@@ -14,10 +14,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 
-from proxy.core.checkpoints import Checkpoint, Record
-
-# The strategy recorded on a summary an operator wrote (PUT/PATCH .../summary).
-EDITED = "edited"
+from proxy.core.checkpoints import EDITED, Checkpoint, Record
 
 
 class UnknownCheckpoint(LookupError):

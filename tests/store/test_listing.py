@@ -114,3 +114,27 @@ async def test_change_of_nothing_and_of_too_much(make_store: StoreFactory) -> No
         await store.change("t", "c", huge)
     loaded = await store.load("t", "c")
     assert loaded is not None and loaded.checkpoints == (base,)  # nothing changed
+
+
+async def test_a_summary_of_the_text_an_operator_replaced_is_refused(
+    make_store: StoreFactory,
+) -> None:
+    """A background summary extending the current checkpoint was in flight while an operator
+    corrected it: it was made from the old text and must not bury the correction."""
+    store = make_store()
+    base = checkpoint(MESSAGES, 5)
+    assert await store.add_checkpoint("t", "c", base)
+    in_flight = checkpoint(MESSAGES, 9, parent=base)  # planned before the correction
+
+    def fix(record):
+        fixed = history.corrected(base, "corrected", summary_tokens=1, created_at=1.0)
+        return history.correct(record, base.id, fixed, now=1.0, max_checkpoints=8)
+
+    assert await store.change("t", "c", fix)
+    assert not await store.add_checkpoint("t", "c", in_flight)
+    loaded = await store.load("t", "c")
+    assert loaded is not None
+    applied = find_deepest(loaded, MESSAGES)
+    assert applied is not None and applied.summary == "corrected"
+    # Extending the correction is what a summary does next.
+    assert await store.add_checkpoint("t", "c", checkpoint(MESSAGES, 9, parent=applied))
