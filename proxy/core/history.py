@@ -22,13 +22,11 @@ class UnknownCheckpoint(LookupError):
 
 
 def current(record: Record) -> Checkpoint | None:
-    """The checkpoint an operator means by "the current one": the deepest active one, the newest
-    among equals (what a request whose history reaches it applies)."""
-    best: Checkpoint | None = None
-    for checkpoint in record.active():  # newest first: a later equal never replaces it
-        if best is None or checkpoint.covered > best.covered:
-            best = checkpoint
-    return best
+    """The checkpoint an operator means by "the current one": the newest active checkpoint that
+    no active one extends (the head of the branch written or restored last; on one linear
+    history, the deepest)."""
+    extended = {c.parent_id for c in record.active()}
+    return next((c for c in record.active() if c.id not in extended), None)
 
 
 def ancestors(record: Record, checkpoint_id: str) -> list[str]:
@@ -59,13 +57,18 @@ def descendants(record: Record, checkpoint_id: str) -> set[str]:
 
 
 def restore(record: Record, checkpoint_id: str) -> Record:
-    """The record with ``checkpoint_id`` current again; raises UnknownCheckpoint."""
-    if record.get(checkpoint_id) is None:
+    """The record with ``checkpoint_id`` current again; raises UnknownCheckpoint.
+
+    It moves to the front, as if just written: it is the newest head (``current``), and the
+    last to give way when the record is bounded."""
+    restored = record.get(checkpoint_id)
+    if restored is None:
         raise UnknownCheckpoint(checkpoint_id)
     retired = (record.retired - set(ancestors(record, checkpoint_id))) | descendants(
         record, checkpoint_id
     )
-    return dataclasses.replace(record, retired=frozenset(retired))
+    others = tuple(c for c in record.checkpoints if c.id != checkpoint_id)
+    return dataclasses.replace(record, checkpoints=(restored, *others), retired=frozenset(retired))
 
 
 def correct(

@@ -86,8 +86,9 @@ def describe_checkpoint(checkpoint: Checkpoint, *, include_summary: bool = True)
 
 
 def describe_record(record: Record) -> dict[str, Any]:
-    """Every stored checkpoint, newest first; ``current`` is the one an operator edits by default
-    and ``retired`` marks those a restore set aside (``proxy.core.history``)."""
+    """Every stored checkpoint, newest (or last restored) first; ``current`` is the one an
+    operator edits by default and ``retired`` marks those a restore set aside
+    (``proxy.core.history``)."""
     current = history.current(record)
     return {
         "conversation_id": record.conversation_id,

@@ -24,6 +24,8 @@ from tests.proxy.test_compaction_e2e import (  # noqa: F401
     redis_url,
     store_url,
 )
+from tests.proxy.test_shared_state import redis_server  # noqa: F401
+from tests.redis_server import RedisServer
 from tests.servers import ThreadedUvicorn
 
 PIN = "X-Compaction-Checkpoint"
@@ -388,3 +390,22 @@ def test_keep_nothing_sends_only_the_task_and_its_newest_round(
         assert len(messages) - 3 in (0, 3)  # nothing, or one call with its two results
         checked += 1
     assert checked >= 2
+
+
+def test_a_pin_is_not_enforced_while_the_store_cannot_answer(
+    mock,
+    provider: Provider,
+    start_proxy,
+    redis_server: RedisServer,  # noqa: F811 (the fixture imported above)
+) -> None:
+    server = start_proxy(settings_for(mock.url, config(redis_server.url)))
+    history = [SYSTEM]
+    turns(server, "conv-a", history, 9)
+    pinned = record_of(server)["current"]
+    redis_server.kill()
+    # Fail open: served as if unpinned (the pinned state cannot be read), and the response says
+    # which checkpoint was applied: none the store held.
+    response = ask(server, history, "still there?", pin=pinned)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-compaction-checkpoint"] != pinned
+    assert httpx.get(f"{server.url}/readyz").json()["store"]["state"] == "degraded"
