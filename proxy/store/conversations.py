@@ -30,6 +30,7 @@ import logging
 import random
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
@@ -60,6 +61,11 @@ _CAS_ATTEMPTS = 64
 _WRITE_TIMEOUT_FACTOR = 8
 _PRIMARY_LOCK = "r."
 _FALLBACK_LOCK = "l."
+# A request's read moves its conversation in the listing index at most this often per process:
+# last use is listed to about a minute, and a busy agent run does not pay for the index on every
+# request (the pipeline costs ~60 us more than a lone GETEX: tests/bench/bench_store.py).
+TOUCH_SECONDS = 60.0
+_TOUCHED_KEPT = 65_536
 # Start-up: a few quick tries to read the shared tenant secret, then the background probe goes on.
 _SECRET_ATTEMPTS = 3
 _SECRET_BACKOFF_SECONDS = 0.2
@@ -136,6 +142,7 @@ class Store:
         self._max_checkpoints = settings.max_checkpoints
         self._max_record_bytes = settings.max_record_bytes
         self._max_listed = settings.max_listed_conversations
+        self._touched: OrderedDict[str, float] = OrderedDict()  # record key -> last index update
         self._outage_since: float | None = None
         self._last_error: str | None = None
         # No configured secret: the tenancy's secret lives in Redis, shared by every replica.
@@ -240,7 +247,7 @@ class Store:
         """The conversation's record, refreshing its TTL; None on a miss or any failure."""
         self.counters.loads += 1
         key = self.tenancy.record_key(tenant, conversation_id)
-        touch = self._index_entry(tenant, key)
+        touch = self._index_entry(tenant, key) if self._touch_due(key) else None
         try:
             raw = await self._resilient(lambda b: b.get(key, ttl_ms=self._ttl_ms, touch=touch))
         except StoreError:
@@ -265,9 +272,25 @@ class Store:
         index = self.tenancy.index_key(tenant)
         return IndexEntry(index, key, time.time(), self._ttl_ms, limit)
 
+    def _touch_due(self, key: str) -> bool:
+        """This process last moved ``key`` in the index over TOUCH_SECONDS ago (or never); if so,
+        it counts as moved now."""
+        last = self._touched.get(key)
+        if last is not None and time.monotonic() - last < TOUCH_SECONDS:
+            return False
+        self._touch(key)
+        return True
+
+    def _touch(self, key: str) -> None:
+        self._touched[key] = time.monotonic()
+        self._touched.move_to_end(key)
+        if len(self._touched) > _TOUCHED_KEPT:
+            self._touched.popitem(last=False)
+
     async def _indexed(self, backend: Backend, tenant: str, key: str) -> None:
         """After a write: the record is listed, newest first. The index only serves the admin
         listing, so a failure here never undoes or fails the write."""
+        self._touch(key)  # a read in the next TOUCH_SECONDS need not move it again
         with contextlib.suppress(StoreError):
             await backend.index_add(self._index_entry(tenant, key, limit=self._max_listed))
 

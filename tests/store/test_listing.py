@@ -7,6 +7,7 @@ import pytest
 from proxy.core import history
 from proxy.core.checkpoints import find_deepest
 from proxy.errors import PayloadTooLarge
+from proxy.store import conversations
 from tests.store.conftest import StoreFactory
 from tests.store.test_store import checkpoint, conversation
 
@@ -20,7 +21,10 @@ async def names(store, tenant: str, **kwargs) -> list[str]:
     return [info.conversation_id for info in page.conversations]
 
 
-async def test_listing_is_newest_use_first_and_pages(make_store: StoreFactory) -> None:
+async def test_listing_is_newest_use_first_and_pages(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(conversations, "TOUCH_SECONDS", 0.0)  # every read moves it
     store = make_store()
     for name in ("a", "b", "c", "d", "e"):
         assert await store.add_checkpoint("t", name, checkpoint(MESSAGES, 3))
@@ -138,3 +142,14 @@ async def test_a_summary_of_the_text_an_operator_replaced_is_refused(
     assert applied is not None and applied.summary == "corrected"
     # Extending the correction is what a summary does next.
     assert await store.add_checkpoint("t", "c", checkpoint(MESSAGES, 9, parent=applied))
+
+
+async def test_a_read_moves_the_listing_at_most_once_a_minute(make_store: StoreFactory) -> None:
+    store = make_store()
+    for name in ("a", "b"):
+        assert await store.add_checkpoint("t", name, checkpoint(MESSAGES, 3))
+    assert await store.load("t", "a") is not None  # written just now: not moved again
+    assert await names(store, "t") == ["b", "a"]
+    other = make_store()  # another replica has not moved it: it does
+    assert await other.load("t", "a") is not None
+    assert await names(store, "t") == ["a", "b"]
