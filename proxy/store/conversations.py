@@ -287,12 +287,14 @@ class Store:
         if len(self._touched) > _TOUCHED_KEPT:
             self._touched.popitem(last=False)
 
-    async def _indexed(self, backend: Backend, tenant: str, key: str) -> None:
-        """After a write: the record is listed, newest first. The index only serves the admin
-        listing, so a failure here never undoes or fails the write."""
+    async def _indexed(self, tenant: str, key: str) -> None:
+        """After a write: the record is listed, newest first. Its own call, after the write's:
+        the index only serves the admin listing, so it never spends the write's time budget,
+        and a failure here never undoes or fails the write."""
         self._touch(key)  # a read in the next TOUCH_SECONDS need not move it again
+        entry = self._index_entry(tenant, key, limit=self._max_listed)
         with contextlib.suppress(StoreError):
-            await backend.index_add(self._index_entry(tenant, key, limit=self._max_listed))
+            await self._primary(lambda b: b.index_add(entry))
 
     async def add_checkpoint(
         self, tenant: str, conversation_id: str, checkpoint: Checkpoint
@@ -329,7 +331,6 @@ class Store:
                     return False
                 if await backend.compare_and_set(key, raw, sealed, ttl_ms=self._ttl_ms):
                     self.counters.writes += 1
-                    await self._indexed(backend, tenant, key)
                     return True
                 self.counters.write_conflicts += 1
                 # Jittered backoff so that a crowd of writers spreads out instead of colliding again.
@@ -338,9 +339,12 @@ class Store:
             return False
 
         try:
-            return await self._resilient(write, factor=_WRITE_TIMEOUT_FACTOR)
+            written = await self._resilient(write, factor=_WRITE_TIMEOUT_FACTOR)
         except StoreError:
             return False
+        if written:
+            await self._indexed(tenant, key)
+        return written
 
     async def acquire_lock(self, tenant: str, conversation_id: str) -> str | None:
         """A token if this caller may summarize the conversation now, else None.
@@ -429,14 +433,16 @@ class Store:
                     )
                 if await backend.compare_and_set(key, raw, sealed, ttl_ms=self._ttl_ms):
                     self.counters.writes += 1
-                    await self._indexed(backend, tenant, key)
                     return self._open(key, sealed, owner=owner)
                 self.counters.write_conflicts += 1
                 await asyncio.sleep(random.uniform(0, 0.01))
             raise StoreError("the record kept changing under the write; try again")
 
         record = await self._primary(write, factor=_WRITE_TIMEOUT_FACTOR)
-        return None if record is None else replace(record, conversation_id=conversation_id)
+        if record is None:
+            return None
+        await self._indexed(tenant, key)
+        return replace(record, conversation_id=conversation_id)
 
     async def list_conversations(
         self, tenant: str, *, limit: int = 100, before: float | None = None
