@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from proxy import wirejson
+from proxy.admin_state import state_routes
 from proxy.config import Settings
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.plan_view import describe_checkpoint, describe_plan, describe_record
@@ -184,6 +185,7 @@ def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list
     if token is None:
         return []
     return [
+        *state_routes(settings, store, compactor.counter, endpoint, conversation_id),
         Route(
             "/conversations/{conversation_id:path}/checkpoints/{checkpoint_id}",
             endpoint(show_checkpoint),

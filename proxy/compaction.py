@@ -34,6 +34,7 @@ from proxy.dialects.chat_completions import CHAT
 from proxy.errors import PayloadTooLarge, SummarizerError
 from proxy.metrics import Metrics
 from proxy.policies import POLICY_HEADER, SWITCH_HEADER, choose_policy
+from proxy.replay import choose_checkpoint, pinned_id
 from proxy.request import ClientRequest, Outgoing
 from proxy.store import Store
 from proxy.summarizer import SummarizerFactory
@@ -212,7 +213,7 @@ class Compactor:
             ),
         )
         record = await self.store.load(tenant, conversation_id)
-        current = await _work(heavy, self._plan_deepest, conv, record)
+        current = await _work(heavy, self._plan_deepest, conv, record, pinned_id(headers))
         outcome = None
         wanted = current.summary_request
         if wanted is not None and current.fired and self._must_summarize_now(conv, current):
@@ -246,8 +247,18 @@ class Compactor:
             )
         return neutral
 
-    def _plan_deepest(self, conv: Conversation, record: Record | None) -> Plan:
-        return self._plan(conv, find_deepest(record, conv.messages))
+    def _plan_deepest(
+        self, conv: Conversation, record: Record | None, pinned: str | None = None
+    ) -> Plan:
+        """The plan with the checkpoint to apply: the deepest, or the one the request pins
+        (``proxy.replay``: applied even before a trigger fires, and read-only)."""
+        ok = self.store.state().state == "ok"
+        checkpoint = choose_checkpoint(record, conv.messages, pinned, store_ok=ok)
+        if pinned is None or checkpoint is None or checkpoint.id != pinned:
+            return self._plan(conv, checkpoint)
+        return replace(
+            self._plan(conv, replace(checkpoint, strategy="pinned")), summary_request=None
+        )
 
     def _conversation(
         self,

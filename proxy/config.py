@@ -140,6 +140,12 @@ class StoreSettings(_Model):
         description="memory://, and the in-process fallback during a Redis outage: "
         "conversations kept (least recently used go).",
     )
+    max_listed_conversations: int = Field(
+        10_000,
+        ge=1,
+        description="Conversations per tenant in the admin listing's index (the least recently "
+        "used drop out of the listing, not out of the store).",
+    )
     encryption_keys: tuple[SecretStr, ...] = Field(
         (),
         description="AES-GCM keys as 'KEYID:BASE64KEY'; the first encrypts, all decrypt. "

@@ -67,9 +67,15 @@ class TriggerSettings(PolicyModel):
 
 
 class KeepSettings(PolicyModel):
-    """How much recent context stays verbatim: exactly one of the four."""
+    """How much recent context stays verbatim: exactly one of the four.
 
-    interactions: int | None = Field(None, ge=1, description="Keep the last N interactions.")
+    ``interactions: 0`` keeps nothing older than the current task: only the latest user message
+    and, in an agent run, its newest tool round stay verbatim (the one spelling of "keep nothing";
+    ``messages``/``tokens`` of 0 are refused with a pointer to it)."""
+
+    interactions: int | None = Field(
+        None, ge=0, description="Keep the last N interactions; 0 keeps only the current task."
+    )
     messages: int | None = Field(
         None, ge=1, description="Keep at least N messages (rounded up to a safe cut point)."
     )
@@ -87,9 +93,25 @@ class KeepSettings(PolicyModel):
             return {"interactions": 2}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling_of_nothing(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key in ("messages", "tokens", "fraction"):
+                if data.get(key) == 0 and not isinstance(data.get(key), bool):
+                    raise ValueError(
+                        f"{key}: 0 is not a keep; to keep only the current task verbatim, "
+                        "write keep: {interactions: 0}"
+                    )
+        return data
+
     @model_validator(mode="after")
     def _exactly_one(self) -> KeepSettings:
-        chosen = [k for k in ("interactions", "messages", "tokens", "fraction") if getattr(self, k)]
+        chosen = [
+            k
+            for k in ("interactions", "messages", "tokens", "fraction")
+            if getattr(self, k) is not None
+        ]
         if len(chosen) != 1:
             raise ValueError(
                 f"set exactly one of interactions, messages, tokens, fraction; got {chosen}"
