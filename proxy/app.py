@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 from starlette.applications import Starlette
@@ -19,8 +19,8 @@ from proxy.admin import admin_routes
 from proxy.background import BackgroundQueue
 from proxy.calibration import Calibration
 from proxy.chat import ChatRewriter
-from proxy.compaction import Compactor
-from proxy.config import Settings, load_settings
+from proxy.compaction import Compactor, SummarizerFactory
+from proxy.config import Settings, SummarizerSettings, load_settings
 from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.endpoints import ChatCompletions, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
@@ -39,24 +39,29 @@ _TOKENIZER_LOAD_SECONDS = 30
 
 def summarizer_factory(
     settings: Settings, client: httpx.AsyncClient, counter: TokenCounter
-) -> Callable[[Credentials | None], Summarizer]:
+) -> SummarizerFactory:
     """Summarizers speak to ``summarizer.base_url`` (default: the upstream) with
     ``summarizer.api_key``, else ``upstream.api_key``, else the caller's own credential headers
     (Authorization of any scheme, ``api-key``, ``x-api-key``: what the caller sent), the last
-    only when the summarizer is the upstream itself (a caller's key never goes elsewhere)."""
-    own = settings.summarizer
-    info = lookup_model(own.model, settings.model_table())
-    if info is not None and info.context_window < own.max_input_tokens:
-        # A call can never take more than the summarizer model's own window: chunk to fit it.
-        own = own.model_copy(update={"max_input_tokens": info.context_window})
-    base_url = own.base_url or settings.upstream.base_url
-    key = own.api_key or (settings.upstream.api_key if own.base_url is None else None)
-    fixed = {"authorization": f"Bearer {key.get_secret_value()}"} if key is not None else None
+    only when the summarizer is the upstream itself (a caller's key never goes elsewhere).
+    ``own``: a policy's summarizer settings (``SummarizerSettings.for_policy``); default: the
+    global ones."""
 
-    def make(caller: Credentials | None) -> Summarizer:
+    def make(caller: Credentials | None, own: SummarizerSettings | None = None) -> Summarizer:
+        own = own or settings.summarizer
+        info = lookup_model(own.model, settings.model_table())
+        if info is not None and info.context_window < own.max_input_tokens:
+            # A call can never take more than the summarizer model's own window: chunk to fit.
+            own = own.model_copy(update={"max_input_tokens": info.context_window})
+        key = own.api_key or (settings.upstream.api_key if own.base_url is None else None)
+        fixed = {"authorization": f"Bearer {key.get_secret_value()}"} if key is not None else None
         credentials = fixed or (caller if own.base_url is None else None)
         return OpenAISummarizer(
-            client, base_url=base_url, credentials=credentials, settings=own, counter=counter
+            client,
+            base_url=own.base_url or settings.upstream.base_url,
+            credentials=credentials,
+            settings=own,
+            counter=counter,
         )
 
     return make
@@ -68,7 +73,7 @@ def create_app(
     upstream: UpstreamClient | None = None,
     rewriter: ChatRewriter | None = None,
     store: Store | None = None,
-    summarizer_for: Callable[[Credentials | None], Summarizer] | None = None,
+    summarizer_for: SummarizerFactory | None = None,
     counter: TokenCounter | None = None,
 ) -> Starlette:
     """The proxy as an ASGI app. The keyword arguments replace a real part (tests); by default

@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from proxy import wirejson
 from proxy.background import BackgroundQueue
 from proxy.calibration import Calibration, effective_window, prompt_tokens
 from proxy.chat import ChatRequest, Outgoing
-from proxy.config import Settings
+from proxy.config import Settings, SummarizerSettings
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.core.interactions import strip_agent_summaries
 from proxy.core.messages import validate_messages
@@ -58,7 +58,13 @@ AHEAD = "summarize-ahead"
 # takes about a millisecond or two, less than handing it to a thread and back would cost.
 OFFLOAD_BYTES = 1 << 20
 
-SummarizerFactory = Callable[[Credentials | None], Summarizer]
+
+class SummarizerFactory(Protocol):
+    """The summarizer for a caller's credentials and a policy's summarizer settings."""
+
+    def __call__(
+        self, caller: Credentials | None, own: SummarizerSettings | None = None, /
+    ) -> Summarizer: ...
 
 
 async def _work(heavy: bool, function: Callable[..., T], *args: Any) -> T:
@@ -261,7 +267,7 @@ class Compactor:
             model=model,
             model_info=self._model_info(model),
             credentials=credentials,
-            messages=strip_agent_summaries(messages),
+            messages=strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt),
             body=body,
             raw=raw,
             heavy=heavy,
@@ -449,11 +455,13 @@ class Compactor:
                     wanted.covered,
                 )
                 parent_id = existing.id
-            summarizer_settings = self.settings.summarizer
+            summarizer_settings = self.settings.summarizer.for_policy(
+                conv.policy, request_model=conv.model
+            )
             started = time.perf_counter()
             try:
                 text = await asyncio.wait_for(
-                    self.summarizer_for(conv.credentials).summarize(
+                    self.summarizer_for(conv.credentials, summarizer_settings).summarize(
                         wanted.messages,
                         previous=wanted.previous,
                         model=summarizer_settings.model,

@@ -24,9 +24,11 @@ from pydantic import (
 )
 
 from proxy.core.policy import (
+    REQUEST_MODEL,
     ModelInfo,
     PolicySettings,
 )
+from proxy.core.summary_message import check_final_prompt
 from proxy.families import FAMILIES
 
 CONFIG_PATH_ENV = "COMPACTION_PROXY_CONFIG"
@@ -203,7 +205,10 @@ class ConversationSettings(_Model):
 
 
 class SummarizerSettings(_Model):
-    model: str = Field("gpt-4o-mini", description="Model that writes summaries.")
+    model: str = Field(
+        "gpt-4o-mini",
+        description=f"Model that writes summaries; {REQUEST_MODEL}: the model the request names.",
+    )
     base_url: str | None = Field(None, description="Null: the upstream's base_url.")
     api_key: SecretStr | None = Field(
         None, description="Null: the upstream api_key, else the caller's own credential."
@@ -226,12 +231,35 @@ class SummarizerSettings(_Model):
     update_prompt: str | None = Field(
         None, description="Prompt to extend an existing summary; null: built-in."
     )
+    instructions: str | None = Field(
+        None, description="Extra instructions appended to either prompt (a language, a focus)."
+    )
+    final_prompt: str | None = Field(
+        None,
+        description="The text the summary is framed with in the message sent (LangMem's "
+        "final_prompt): {summary} where it goes, some text before it; null: built-in.",
+    )
     background_queue: int = Field(
         256, ge=1, description="Ahead-of-time summaries waiting at most; more are dropped."
     )
     background_concurrency: int = Field(
         4, ge=1, description="Ahead-of-time summaries running at once per process."
     )
+
+    @model_validator(mode="after")
+    def _check_final_prompt(self) -> SummarizerSettings:
+        if self.final_prompt is not None:
+            check_final_prompt(self.final_prompt)
+        return self
+
+    def for_policy(self, policy: PolicySettings, *, request_model: str) -> SummarizerSettings:
+        """These settings with the policy's ``summarizer:`` keys laid over them, and
+        ``$request`` resolved to ``request_model``."""
+        update = {k: v for k, v in policy.summarizer if v is not None}
+        merged = self.model_copy(update=update) if update else self
+        if merged.model == REQUEST_MODEL:
+            merged = merged.model_copy(update={"model": request_model})
+        return merged
 
 
 class RouteMatch(_Model):
@@ -328,6 +356,13 @@ class Settings(_Model):
     def _check_policies(self) -> Settings:
         if "default" not in self.policies:
             self.policies["default"] = PolicySettings()  # dict is mutable inside a frozen model
+        frame = self.summarizer.final_prompt
+        for name, policy in self.policies.items():
+            # The planner renders the summary with its policy alone: give each policy the
+            # global frame unless it has its own.
+            if frame is not None and policy.summarizer.final_prompt is None:
+                own = policy.summarizer.model_copy(update={"final_prompt": frame})
+                self.policies[name] = policy.model_copy(update={"summarizer": own})
         for i, route in enumerate(self.routes):
             if route.policy not in self.policies:
                 raise ValueError(f"routes[{i}].policy names an unknown policy {route.policy!r}")

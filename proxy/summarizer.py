@@ -177,6 +177,8 @@ class OpenAISummarizer:
             instructions = self._settings.update_prompt or DEFAULT_UPDATE_PROMPT
             data = _quote("Existing summary", previous, delim) + "\n\n"
             data += _quote("New turns", chunk, delim)
+        if self._settings.instructions:
+            instructions += "\n\n" + self._settings.instructions
         return await self._complete(instructions, data, delim, model, max_tokens)
 
     async def _densify(self, chunk: str, summary: str, model: str, max_tokens: int) -> str:
