@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for
+from tests.proxy.conftest import running_mock, settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider, check_sent, take_turn
 from tests.servers import ThreadedUvicorn
 
@@ -24,9 +24,7 @@ POLICY = """
 @pytest.fixture
 def other() -> Iterator[MockUpstream]:
     """A second provider: the endpoint one policy's summarizer speaks to (it echoes)."""
-    upstream = MockUpstream()
-    with ThreadedUvicorn(upstream) as server:
-        upstream.url = server.url  # type: ignore[attr-defined]
+    with running_mock() as upstream:
         yield upstream
 
 
