@@ -30,6 +30,7 @@ from proxy.core.planner import Plan, PriorSummary, SummaryRequest, plan
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.tokens import TokenCounter
 from proxy.errors import InvalidRequest, PayloadTooLarge, SummarizerError
+from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.policies import POLICY_HEADER, SWITCH_HEADER, choose_policy
 from proxy.store import Store
@@ -141,6 +142,7 @@ class Compactor:
         metrics: Metrics,
         windows: ModelWindows | None = None,
         calibration: Calibration | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -150,6 +152,7 @@ class Compactor:
         self.metrics = metrics
         self.windows = windows or ModelWindows(settings)
         self.calibration = calibration or Calibration(settings.calibration)
+        self.hooks = hooks or Hooks(counter=counter)
         self._infos: dict[tuple[int, str], ModelInfo] = {}
 
     # --- the request path ---------------------------------------------------------------------
@@ -227,6 +230,7 @@ class Compactor:
                 conv, wanted, current.applied_checkpoint, fired=bool(current.fired)
             )
         outcome = outcome or _outcome(current, after)
+        current = await self.hooks.before_send(conv, current)
         return await _work(heavy, self._outgoing, conv, current, messages, outcome, after)
 
     def _messages_of(self, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -493,6 +497,7 @@ class Compactor:
                 dropped_tokens=input_tokens,
             )
             await self.store.add_checkpoint(conv.tenant, conv.conversation_id, checkpoint)
+            self.hooks.summary_made(conv, checkpoint)
             return checkpoint
         finally:
             await self.store.release_lock(conv.tenant, conv.conversation_id, token)

@@ -312,6 +312,89 @@ class RecordSettings(_Model):
     )
 
 
+class HookSettings(_Model):
+    """One hook class (docs/operations.md, "Hooks"); any other key of the entry is passed to
+    its constructor as a keyword argument."""
+
+    class_path: str = Field(
+        alias="class",
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="'package.module:ClassName', importable by the proxy.",
+    )
+    timeout_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="Time budget of each call; slower counts as a failure and the request "
+        "goes on as if the hook were absent.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the class's constructor."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        known = {"class", "timeout_seconds", "options"}
+        extra = {k: v for k, v in data.items() if k not in known}
+        if not extra:
+            return data
+        kept = {k: v for k, v in data.items() if k in known}
+        return {**kept, "options": {**dict(data.get("options") or {}), **extra}}
+
+
+class JsonlExport(_Model):
+    path: str = Field(description="File each new summary is appended to, one JSON line each.")
+
+
+class RedisStreamExport(_Model):
+    url: str = Field(description="redis:// or rediss:// URL of the Redis holding the stream.")
+    stream: str = Field("compaction:summaries", description="Stream key (XADD).")
+    maxlen: int = Field(
+        100_000, ge=1, description="Entries kept (XADD MAXLEN ~): the oldest go first."
+    )
+
+    @model_validator(mode="after")
+    def _check_url(self) -> RedisStreamExport:
+        if not self.url.startswith(("redis://", "rediss://")):
+            raise ValueError(f"url must start with redis:// or rediss://; got {self.url!r}")
+        return self
+
+
+class WebhookExport(_Model):
+    url: str = Field(
+        pattern=r"^https?://[^/\s]+", description="http(s) URL each new summary is POSTed to."
+    )
+    secret: SecretStr = Field(
+        description="Key of the HMAC-SHA256 signature of each body, sent in "
+        "X-Compaction-Signature (docs/operations.md shows how to check it)."
+    )
+    timeout_seconds: float = Field(5, gt=0, description="Bound on one POST.")
+    max_attempts: int = Field(
+        6, ge=1, description="Tries per summary (retried on 5xx, 429 and connection errors)."
+    )
+    backoff_seconds: float = Field(
+        0.5, gt=0, description="Wait before the first retry; doubled each retry."
+    )
+    max_backoff_seconds: float = Field(30, gt=0, description="Longest wait between retries.")
+
+
+class ExportSettings(_Model):
+    jsonl: JsonlExport | None = Field(None, description="Append each new summary to a file.")
+    redis_stream: RedisStreamExport | None = Field(
+        None, description="Add each new summary to a Redis Stream."
+    )
+    webhook: WebhookExport | None = Field(
+        None, description="POST each new summary, signed, retried with backoff."
+    )
+    queue: int = Field(
+        1000,
+        ge=1,
+        description="Summaries waiting per sink; more are dropped (and counted), never waited for.",
+    )
+
+
 class Settings(_Model):
     server: ServerSettings = Field(
         default_factory=ServerSettings, description="The proxy's own HTTP server."
@@ -350,6 +433,16 @@ class Settings(_Model):
     record: RecordSettings = Field(
         default_factory=RecordSettings,
         description="Opt-in recording of chat requests to disk, as transcripts for `eval`.",
+    )
+    hooks: tuple[HookSettings, ...] = Field(
+        (),
+        description="Python classes called before a compacted request is sent and after a "
+        'summary is made (docs/operations.md, "Hooks").',
+    )
+    export: ExportSettings = Field(
+        default_factory=ExportSettings,
+        description="Opt-in: each new summary (message content) written to a JSONL file, a "
+        "Redis Stream or a webhook, with its tenant and conversation.",
     )
 
     @model_validator(mode="after")

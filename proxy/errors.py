@@ -16,6 +16,7 @@
     │   └── UpstreamTimeout         504
     ├── SummarizerError             a summary could not be made (callers fail open)
     ├── StoreError                  the state store failed (callers fail open)
+    ├── ExportError                 a summary could not be exported (counted, logged; fail open)
     └── EvaluationError             ``eval``: a call to the model under test or the judge failed
 
 Foreign exceptions (httpx, aiohttp, redis, json) are mapped into this tree at the boundary where
@@ -119,6 +120,10 @@ class SummarizerError(ProxyError):
 
 class StoreError(ProxyError):
     error_type = "store_error"
+
+
+class ExportError(ProxyError):
+    error_type = "export_error"
 
 
 class EvaluationError(ProxyError):

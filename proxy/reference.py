@@ -88,7 +88,7 @@ def _model_rows(path: str, model: type[BaseModel], instance: Any) -> Iterator[Ro
         instance = _try_default(model)
     for name, field in model.model_fields.items():
         default = getattr(instance, name) if instance is not None else _field_default(field)
-        yield from _rows(f"{path}.{name}", field, default)
+        yield from _rows(f"{path}.{field.alias or name}", field, default)
 
 
 def _try_default(model: type[BaseModel]) -> BaseModel | None:

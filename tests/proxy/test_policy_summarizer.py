@@ -6,19 +6,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import openai
 import pytest
 
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import running_mock, settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider, check_sent, take_turn
-from tests.servers import ThreadedUvicorn
-
-POLICY = """
-    strategy: summarize
-    mode: inline
-    trigger: {interactions: 3, context_fraction: 0}
-    keep: {interactions: 1}"""
+from tests.proxy.provider import (
+    INLINE_POLICY,
+    SUMMARIZER_MODEL,
+    Provider,
+    check_sent,
+    conversation_client,
+    talk,
+)
 
 
 @pytest.fixture
@@ -37,8 +36,8 @@ summarizer:
   max_summary_tokens: 300
   instructions: GLOBAL-INSTRUCTIONS
 policies:
-  default: {POLICY}
-  own: {POLICY}
+  default: {INLINE_POLICY}
+  own: {INLINE_POLICY}
     summarizer:
       base_url: "{other_url}/v1"
       api_key: sk-policy-summarizer
@@ -51,29 +50,13 @@ policies:
 """
 
 
-def client_for(server: ThreadedUvicorn, conversation: str, policy: str) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=f"{server.url}/v1",
-        api_key="sk-caller",
-        max_retries=0,
-        default_headers={"X-Conversation-Id": conversation, "X-Compaction-Policy": policy},
-    )
-
-
-def talk(client: openai.OpenAI, turns: int) -> list[dict]:
-    history = [SYSTEM]
-    for turn in range(turns):
-        take_turn(client, history, f"Step {turn}: change src/m{turn}.py. " + "Be thorough. " * 12)
-    return history
-
-
 def test_each_policy_summarizes_with_its_own_settings(
     mock: MockUpstream, other: MockUpstream, start_proxy
 ) -> None:
     provider = Provider(mock)
     server = start_proxy(settings_for(mock.url, config(other.url)))  # type: ignore[attr-defined]
 
-    talk(client_for(server, "plain", "default"), 6)
+    talk(conversation_client(server, "plain", **{"X-Compaction-Policy": "default"}), 6)
     calls = provider.summary_requests()
     assert calls and not other.received  # the global summarizer: the upstream, its model
     for call in calls:
@@ -84,7 +67,8 @@ def test_each_policy_summarizes_with_its_own_settings(
     )
 
     before = len(calls)
-    history = talk(client_for(server, "custom", "own"), 6)
+    own = conversation_client(server, "custom", **{"X-Compaction-Policy": "own"})
+    history = talk(own, 6)
     assert len(provider.summary_requests()) == before  # none of its summaries went upstream
     received = other.chat_requests()
     assert received
@@ -104,6 +88,6 @@ def test_each_policy_summarizes_with_its_own_settings(
 
     # A client that echoes the custom-framed summary back never gets two of them.
     echoed = [*sent, {"role": "user", "content": "and now?"}]
-    client_for(server, "custom", "own").chat.completions.create(model="gpt-4o", messages=echoed)
+    own.chat.completions.create(model="gpt-4o", messages=echoed)
     again = provider.chat_requests()[-1]["messages"]
     assert sum("<agent_summary>" in str(m.get("content")) for m in again) == 1
