@@ -16,6 +16,7 @@ import json
 import threading
 from typing import Any
 
+import httpx
 import openai
 
 from proxy.core.tokens import TokenCounter
@@ -244,3 +245,25 @@ def talk(client: openai.OpenAI, turns: int) -> list[dict[str, Any]]:
     for turn in range(turns):
         take_turn(client, history, f"Step {turn}: fix src/m{turn}.py. " + "Be thorough. " * 12)
     return history
+
+
+ADMIN_TOKEN = "admin-token-for-tests"
+
+
+def inline_config(extra: str = "") -> str:
+    """Memory store, the mock summarizer, the admin API, INLINE_POLICY as default; then
+    ``extra`` (top-level YAML sections)."""
+    return f"""
+store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}}
+summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
+admin: {{token: {ADMIN_TOKEN}}}
+policies:
+  default: {INLINE_POLICY}
+{extra}
+"""
+
+
+def admin_view(server: Any, conversation: str, *, key: str) -> dict[str, Any]:
+    """The conversation as the admin API shows it to the caller with ``key``."""
+    headers = {"authorization": f"Bearer {ADMIN_TOKEN}", "x-caller-authorization": f"Bearer {key}"}
+    return httpx.get(f"{server.url}/admin/conversations/{conversation}", headers=headers).json()

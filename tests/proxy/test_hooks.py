@@ -18,29 +18,20 @@ from proxy.config import ConfigError
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import (
-    INLINE_POLICY,
-    SUMMARIZER_MODEL,
     Provider,
+    admin_view,
     check_sent,
     conversation_client,
+    inline_config,
     talk,
 )
 
-ADMIN = "admin-token-for-tests"
 KEY = "sk-hook-caller"
 MODULE = "tests.proxy.hook_module"
 
 
 def config(hooks: str) -> str:
-    return f"""
-store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
-admin: {{token: {ADMIN}}}
-policies:
-  default: {INLINE_POLICY}
-hooks:
-{hooks}
-"""
+    return inline_config(f"hooks:\n{hooks}")
 
 
 def lines(path: Path, stage: str, count: int) -> list[dict[str, Any]]:
@@ -72,10 +63,7 @@ def test_a_hook_edits_what_is_sent_and_sees_every_summary(
     assert {e["policy"] for e in before} == {"default"}
     assert [e["messages"] for e in before] == [len(r["messages"]) for r in sent]
 
-    shown = httpx.get(
-        f"{server.url}/admin/conversations/conv-hooked",
-        headers={"authorization": f"Bearer {ADMIN}", "x-caller-authorization": f"Bearer {KEY}"},
-    ).json()
+    shown = admin_view(server, "conv-hooked", key=KEY)
     assert {e["tenant"] for e in before} == {shown["tenant"]}
     stored = shown["checkpoints"]
     assert stored and provider.summaries == len(stored)
