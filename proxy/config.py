@@ -254,8 +254,12 @@ class SummarizerSettings(_Model):
 
     def for_policy(self, policy: PolicySettings, *, request_model: str) -> SummarizerSettings:
         """These settings with the policy's ``summarizer:`` keys laid over them, and
-        ``$request`` resolved to ``request_model``."""
-        update = {k: v for k, v in policy.summarizer if v is not None}
+        ``$request`` resolved to ``request_model``. A policy that names its own ``base_url``
+        does not inherit the global ``api_key``: a key goes only where it was configured for."""
+        own = policy.summarizer
+        update = {k: v for k, v in own if v is not None}
+        if own.base_url is not None and own.api_key is None:
+            update["api_key"] = None
         merged = self.model_copy(update=update) if update else self
         if merged.model == REQUEST_MODEL:
             merged = merged.model_copy(update={"model": request_model})
