@@ -332,7 +332,9 @@ class HookSettings(_Model):
         "goes on as if the hook were absent.",
     )
     options: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword arguments for the class's constructor."
+        default_factory=dict,
+        description="Keyword arguments for the class's constructor; any other key of the entry "
+        "is added to them.",
     )
 
     @model_validator(mode="before")

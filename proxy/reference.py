@@ -76,8 +76,11 @@ def _rows(path: str, field: FieldInfo, default: Any, *, top: bool = False) -> It
     item = _model(args[-1] if origin is dict else args[0]) if args else None
     if not top or item is None:
         yield path, _type(annotation, field), _default(field, default), _cell(field.description)
-    if item is not None:  # a map or list of sections: the keys of one entry
-        entry = f"{path}.{_PLACEHOLDERS.get(path, '<name>')}" if origin is dict else f"{path}[]"
+    if item is not None:  # a map or list of sections, or an optional one: the keys of one entry
+        if origin is dict:
+            entry = f"{path}.{_PLACEHOLDERS.get(path, '<name>')}"
+        else:
+            entry = path if origin in (Union, types.UnionType) else f"{path}[]"
         yield from _model_rows(entry, item, None)
 
 
