@@ -589,7 +589,8 @@ def masked_dump(settings: Settings) -> dict[str, Any]:
         if isinstance(value, SecretStr):
             return "***"
         if isinstance(value, BaseModel):
-            return {k: mask(getattr(value, k)) for k in type(value).model_fields}
+            fields = type(value).model_fields
+            return {f.alias or k: mask(getattr(value, k)) for k, f in fields.items()}
         if isinstance(value, dict):
             return {k: mask(v) for k, v in value.items()}
         if isinstance(value, tuple | list):
