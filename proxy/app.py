@@ -18,16 +18,17 @@ from proxy.abort import quiet_uvicorn
 from proxy.admin import admin_routes
 from proxy.background import BackgroundQueue
 from proxy.calibration import Calibration
-from proxy.chat import ChatRewriter
 from proxy.compaction import Compactor, SummarizerFactory
 from proxy.config import Settings, SummarizerSettings, load_settings
 from proxy.core.tokens import TokenCounter, lookup_model
-from proxy.endpoints import ChatCompletions, PassThrough, Resources
+from proxy.dialects.chat_completions import CHAT
+from proxy.endpoints import CompactedRoute, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
 from proxy.export import Exporter, export_events, open_sinks
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics, counter_family, gauge_family, model_families
 from proxy.recorder import Recorder
+from proxy.request import Rewriter
 from proxy.store import Store, open_store
 from proxy.summarizer import OpenAISummarizer, Summarizer
 from proxy.tenancy import Credentials
@@ -73,7 +74,7 @@ def create_app(
     settings: Settings,
     *,
     upstream: UpstreamClient | None = None,
-    rewriter: ChatRewriter | None = None,
+    rewriter: Rewriter | None = None,
     store: Store | None = None,
     summarizer_for: SummarizerFactory | None = None,
     counter: TokenCounter | None = None,
@@ -210,7 +211,7 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/v1/chat/completions", ChatCompletions(resources), methods=["POST"]),
+        Route("/v1/chat/completions", CompactedRoute(resources, CHAT), methods=["POST"]),
         Route("/v1/{path:path}", PassThrough(resources)),
         Mount("/admin", routes=admin_routes(settings, store, compactor)),
     ]

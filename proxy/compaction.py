@@ -1,6 +1,7 @@
-"""Compaction in the request path: the ChatRewriter that puts planner, store and summarizer together.
+"""Compaction in the request path: the Rewriter that puts planner, store and summarizer together,
+for every dialect (docs/architecture.md, "The request path").
 
-    parse -> policy -> load state (one store read) -> plan -> apply the deepest matching checkpoint
+    parse (the dialect) -> neutral conversation -> policy -> load state (one store read) -> plan -> apply the deepest matching checkpoint
     -> summarize inline if it must -> forward -> after the response, maybe summarize ahead of time
 
 Everything here fails open: a store or summarizer failure leaves the request as good as the best
@@ -21,7 +22,6 @@ from typing import Any, Protocol, TypeVar
 from proxy import wirejson
 from proxy.background import BackgroundQueue
 from proxy.calibration import Calibration, effective_window, prompt_tokens
-from proxy.chat import ChatRequest, Outgoing
 from proxy.config import Settings, SummarizerSettings
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.core.interactions import strip_agent_summaries
@@ -29,10 +29,13 @@ from proxy.core.messages import validate_messages
 from proxy.core.planner import Plan, PriorSummary, SummaryRequest, plan
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.tokens import TokenCounter
+from proxy.dialects.base import Dialect, Neutral
+from proxy.dialects.chat_completions import CHAT
 from proxy.errors import InvalidRequest, PayloadTooLarge, SummarizerError
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.policies import POLICY_HEADER, SWITCH_HEADER, choose_policy
+from proxy.request import ClientRequest, Outgoing
 from proxy.store import Store
 from proxy.summarizer import Summarizer
 from proxy.tenancy import (
@@ -79,7 +82,7 @@ def _header_map(raw_headers: RawHeaders) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw_headers}
 
 
-def _body_of(request: ChatRequest) -> dict[str, Any]:
+def _body_of(request: ClientRequest) -> dict[str, Any]:
     return request.body
 
 
@@ -99,6 +102,8 @@ class Conversation:
     body: dict[str, Any]
     raw: bytes
     heavy: bool = False  # big enough that CPU work runs off the event loop
+    dialect: Dialect = CHAT  # parses the body, renders the plan back
+    tools: object = None  # the tool schemas, counted as part of the prompt
 
 
 def compaction_headers(
@@ -129,7 +134,7 @@ def _outcome(current: Plan, after: Callable[[], None] | None) -> str:
 
 
 class Compactor:
-    """Implements ``proxy.chat.ChatRewriter``."""
+    """Implements ``proxy.request.Rewriter``."""
 
     def __init__(
         self,
@@ -173,7 +178,7 @@ class Compactor:
             return self._off(named)
         return None
 
-    async def rewrite(self, request: ChatRequest) -> Outgoing:
+    async def rewrite(self, request: ClientRequest) -> Outgoing:
         headers = _header_map(request.headers)
         decided = self._decided_by_headers(headers)
         if decided is not None:
@@ -190,7 +195,10 @@ class Compactor:
         )
         if policy.strategy == "off":  # chosen by a route
             return self._untouched(request, policy_name)
-        messages = await _work(heavy, self._messages_of, body)
+        neutral = await _work(heavy, self._neutral_of, request.dialect, body)
+        if neutral is None:  # the provider holds this history (e.g. previous_response_id)
+            return self._untouched(request, policy_name)
+        messages = neutral.messages
         conversation_id = resolve_conversation_id(
             headers, messages, tenant=tenant, tenancy=self.store.tenancy, settings=conversation
         )
@@ -210,6 +218,8 @@ class Compactor:
                 credentials=credential_headers(headers),
                 raw=request.raw,
                 heavy=heavy,
+                dialect=request.dialect,
+                tools=neutral.tools,
             ),
         )
         record = await self.store.load(tenant, conversation_id)
@@ -233,8 +243,11 @@ class Compactor:
         current = await self.hooks.before_send(conv, current)
         return await _work(heavy, self._outgoing, conv, current, messages, outcome, after)
 
-    def _messages_of(self, body: dict[str, Any]) -> list[dict[str, Any]]:
-        messages = validate_messages(body["messages"])
+    def _neutral_of(self, dialect: Dialect, body: dict[str, Any]) -> Neutral | None:
+        neutral = dialect.conversation(body)
+        if neutral is None:
+            return None
+        messages = neutral.messages
         limit = self.settings.server.max_messages
         if len(messages) > limit:
             raise PayloadTooLarge(
@@ -243,7 +256,7 @@ class Compactor:
                 param="messages",
                 code="too_many_messages",
             )
-        return messages
+        return neutral
 
     def _plan_deepest(self, conv: Conversation, record: Record | None) -> Plan:
         return self._plan(conv, find_deepest(record, conv.messages))
@@ -260,6 +273,8 @@ class Compactor:
         credentials: Credentials | None,
         raw: bytes = b"",
         heavy: bool = False,
+        dialect: Dialect = CHAT,
+        tools: object = None,
     ) -> Conversation:
         model = body.get("model") or ""
         return Conversation(
@@ -275,6 +290,8 @@ class Compactor:
             body=body,
             raw=raw,
             heavy=heavy,
+            dialect=dialect,
+            tools=tools if dialect is not CHAT else body.get("tools"),
         )
 
     def _model_info(self, model: str) -> ModelInfo | None:
@@ -348,7 +365,7 @@ class Compactor:
         made = await self._summarize_inline(conv, forced, wanted, mode="admin")
         return self._plan(conv, made, force=True), made
 
-    def _untouched(self, request: ChatRequest, policy: str | None = None) -> Outgoing:
+    def _untouched(self, request: ClientRequest, policy: str | None = None) -> Outgoing:
         return Outgoing(body=request.raw, response_headers=self._off(policy))
 
     def _off(self, policy: str | None = None) -> RawHeaders:
@@ -381,7 +398,7 @@ class Compactor:
             counter=self.counter,
             model_info=conv.model_info,
             prior=prior,
-            tools=conv.body.get("tools"),
+            tools=conv.tools,
             force=force,
             budget_tokens=budget,
         )
@@ -411,7 +428,7 @@ class Compactor:
             body = conv.raw  # nothing changed: the client's bytes go out
         else:
             # Deterministic encoding, so the same plan is the same bytes (provider prompt caches).
-            body = wirejson.encode({**conv.body, "messages": current.messages})
+            body = wirejson.encode(conv.dialect.render(conv.body, current))
         headers = compaction_headers(outcome, current, policy=conv.policy_name)
         if rescued:
             headers.append((b"x-compaction-retried", b"context_length_exceeded"))

@@ -1,17 +1,19 @@
-"""The proxy's ASGI endpoints: chat completions (compacted), everything else under /v1 (passed
-through), and the health checks. Raw ASGI on the hot path: no request/response objects."""
+"""The proxy's ASGI endpoints: the compacted routes (one per dialect), everything else under /v1
+(passed through), and one ``forward()`` that sends upstream and relays the answer for both. Raw ASGI on the hot path: no request/response objects."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.abort import cut_off, was_cut_off
 from proxy.accesslog import log_request
 from proxy.calibration import ResponseTail
-from proxy.chat import ChatRequest, ChatRewriter, Outgoing
 from proxy.config import Settings
+from proxy.dialects.base import Dialect, OpenAIWire
+from proxy.dialects.chat_completions import CHAT
 from proxy.errors import PayloadTooLarge, ProxyError, UpstreamError
 from proxy.forward import (
     CLOSE,
@@ -20,15 +22,16 @@ from proxy.forward import (
     relay,
     send_error,
     stream_request_body,
-    upstream_url,
 )
-from proxy.headers import request_headers_upstream
 from proxy.metrics import Metrics
 from proxy.overflow import look_for_overflow
 from proxy.recorder import Recorder
+from proxy.request import ClientRequest, Outgoing, Rewriter
 from proxy.upstream.base import RawHeaders, UpstreamClient
 
 CLIENT_CLOSED = 499  # logged when the client went away before the response ended
+
+OPENAI = OpenAIWire()  # every other route under /v1 speaks OpenAI's API
 
 
 @dataclass
@@ -36,7 +39,7 @@ class Resources:
     """What the endpoints share; the upstream client is created in the app's lifespan."""
 
     settings: Settings
-    rewriter: ChatRewriter
+    rewriter: Rewriter
     metrics: Metrics = field(default_factory=Metrics)
     upstream: UpstreamClient | None = None
     recorder: Recorder | None = None  # record.path: opt-in, writes message content to disk
@@ -51,11 +54,6 @@ class Resources:
             self.metrics.child(self.metrics.upstream_failures, route, "mid_response").inc()
         if upstream_ms is not None:
             self.metrics.child(self.metrics.upstream_latency, route).observe(upstream_ms / 1000)
-
-    @property
-    def api_key(self) -> str | None:
-        key = self.settings.upstream.api_key
-        return key.get_secret_value() if key is not None else None
 
 
 async def read_body(receive: Any, scope: dict, limit: int) -> bytes:
@@ -78,137 +76,91 @@ async def read_body(receive: Any, scope: dict, limit: int) -> bytes:
             return b"".join(chunks)
 
 
-class ChatCompletions:
-    """POST /v1/chat/completions: parse, rewrite (the compaction hook), forward, relay.
+class CompactedRoute:
+    """``POST`` to a compacted route (one per dialect: chat completions, Responses, Anthropic
+    Messages): parse, rewrite (the compaction hook), forward, relay.
 
     When the rewrite offers a retry and the provider answers that the context is too long, the
     request is compacted harder and sent once more; the client sees only the second answer.
     """
 
-    def __init__(self, resources: Resources) -> None:
+    def __init__(self, resources: Resources, dialect: Dialect) -> None:
         self.resources = resources
+        self.dialect = dialect
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        res = self.resources
+        res, dialect = self.resources, self.dialect
         started = time.perf_counter()
-        status, bytes_in, bytes_out, upstream_ms = 500, 0, 0, None
+        status, bytes_out, upstream_ms = 500, 0, None
+        bytes_in = [0]
         try:
             limit = res.settings.server.max_body_bytes
+            recorded = res.recorder is not None and dialect is CHAT
             # A request compaction leaves alone streams through, unless it is to be recorded.
-            streams = _declared(scope, limit) and res.recorder is None
+            streams = _declared(scope, limit) and not recorded
             kept = res.rewriter.untouched(scope["headers"]) if streams else None
-            if kept is not None:
-                status, bytes_in, bytes_out, upstream_ms = await self._stream(
-                    scope, receive, send, kept
-                )
-                return
             try:
-                raw = await read_body(receive, scope, limit)
-                bytes_in = len(raw)
-                request = ChatRequest(raw=raw, headers=scope["headers"])
-                if res.recorder is not None:
-                    res.recorder.write(request)
-                outgoing = await res.rewriter.rewrite(request)
-                url = upstream_url(res.settings.upstream.base_url, scope)
+                url = dialect.upstream_url(res.settings, scope)
+                if kept is None:
+                    raw = await read_body(receive, scope, limit)
+                    bytes_in[0] = len(raw)
+                    request = ClientRequest(raw=raw, headers=scope["headers"], dialect=dialect)
+                    if recorded:
+                        res.recorder.write(request)  # type: ignore[union-attr]
+                    outgoing = await res.rewriter.rewrite(request)
             except ProxyError as error:
                 status = error.status_code
-                bytes_out = await send_error(send, error)
+                bytes_out = await send_error(send, error, body=dialect.error_body(error))
                 return
             except ConnectionResetError:
                 status = CLIENT_CLOSED
                 return
-            headers = request_headers_upstream(
+            headers = dialect.upstream_headers(
                 scope["headers"],
+                res.settings,
                 own_headers=res.own_headers,
-                api_key=res.api_key,
-                drop_content_length=True,
+                drop_content_length=kept is None,
             )
-            status, bytes_out, upstream_ms = await self._forward(
-                url, headers, request, outgoing, receive, send
-            )
+            if kept is not None:
+                # Never held or parsed (issue 9): streamed through like any other /v1 route.
+                status, bytes_out, upstream_ms = await forward(
+                    res.upstream,
+                    "POST",
+                    url,
+                    headers,
+                    receive,
+                    send,
+                    body_counter=bytes_in,
+                    max_body_bytes=limit,
+                    extra_headers=kept,
+                    route=dialect.name,
+                    error_body=dialect.error_body,
+                )
+            else:
+                status, bytes_out, upstream_ms = await forward(
+                    res.upstream,
+                    "POST",
+                    url,
+                    headers,
+                    receive,
+                    send,
+                    outgoing=outgoing,
+                    # Only a parsed body offers a retry: never parse one just for this.
+                    streaming=outgoing.retry is not None and request.body.get("stream") is True,
+                    route=dialect.name,
+                    error_body=dialect.error_body,
+                )
         finally:
-            res.observe("chat", status, upstream_ms)
+            res.observe(dialect.name, status, upstream_ms)
             log_request(
                 method="POST",
                 path=scope["path"],
                 status=status,
-                bytes_in=bytes_in,
+                bytes_in=bytes_in[0],
                 bytes_out=bytes_out,
                 upstream_ms=upstream_ms,
                 total_ms=(time.perf_counter() - started) * 1000,
             )
-
-    async def _stream(
-        self, scope: dict, receive: Any, send: Any, extra_headers: RawHeaders
-    ) -> tuple[int, int, int, float | None]:
-        """A request compaction leaves alone: its body streams through as it arrives, never
-        held or parsed (issue 9), like any other /v1 route. (status, bytes in, out, upstream ms)"""
-        res = self.resources
-        try:
-            url = upstream_url(res.settings.upstream.base_url, scope)
-        except ProxyError as error:
-            return error.status_code, 0, await send_error(send, error), None
-        headers = request_headers_upstream(
-            scope["headers"], own_headers=res.own_headers, api_key=res.api_key
-        )
-        counter = [0]
-        status, sent, upstream_ms = await forward(
-            res.upstream,
-            "POST",
-            url,
-            headers,
-            receive,
-            send,
-            body_counter=counter,
-            max_body_bytes=res.settings.server.max_body_bytes,
-            extra_headers=extra_headers,
-            route="chat",
-        )
-        return status, counter[0], sent, upstream_ms
-
-    async def _forward(
-        self,
-        url: str,
-        headers: RawHeaders,
-        request: ChatRequest,
-        outgoing: Outgoing,
-        receive: Any,
-        send: Any,
-    ) -> tuple[int, int, float | None]:
-        upstream = self.resources.upstream
-        assert upstream is not None, "the upstream client is created in the lifespan"
-        started = time.perf_counter()
-        async with CancelOnDisconnect(receive):
-            try:
-                response = await upstream.send("POST", url, headers, outgoing.body)
-                if outgoing.retry is not None:  # only a parsed body offers a retry
-                    streaming = request.body.get("stream") is True
-                    overflowed, response = await look_for_overflow(response, streaming=streaming)
-                    if overflowed and response.status >= 400 and outgoing.observe is not None:
-                        # The answer may state the window: learned before the retry plans.
-                        outgoing.observe(response.status, response.headers, await response.read())
-                    retried = await outgoing.retry() if overflowed else None
-                    if retried is not None:
-                        await response.aclose()
-                        outgoing = retried
-                        response = await upstream.send("POST", url, headers, outgoing.body)
-            except ProxyError as error:
-                return error.status_code, await send_error(send, error), None
-            upstream_ms = (time.perf_counter() - started) * 1000
-            if outgoing.observe is not None:
-                response = tail = ResponseTail(response)
-            try:
-                sent = await relay(response, send, extra_headers=outgoing.response_headers)
-            except UpstreamError as error:
-                return cut_off(error, route="chat"), 0, upstream_ms
-            finally:
-                await response.aclose()
-            if outgoing.observe is not None:
-                outgoing.observe(response.status, response.headers, tail.tail())
-            if outgoing.after is not None and response.status < 400:
-                outgoing.after()
-            return response.status, sent, upstream_ms
-        return CLIENT_CLOSED, 0, None  # reached only when the client disconnected
 
 
 class PassThrough:
@@ -224,13 +176,13 @@ class PassThrough:
         bytes_in = [0]
         try:
             try:
-                url = upstream_url(res.settings.upstream.base_url, scope)
+                url = OPENAI.upstream_url(res.settings, scope)
             except ProxyError as error:
                 status = error.status_code
                 bytes_out = await send_error(send, error)
                 return
-            headers = request_headers_upstream(
-                scope["headers"], own_headers=res.own_headers, api_key=res.api_key
+            headers = OPENAI.upstream_headers(
+                scope["headers"], res.settings, own_headers=res.own_headers
             )
             limit = res.settings.server.max_body_bytes
             if _declared_length(scope) > limit:
@@ -294,33 +246,59 @@ async def forward(
     receive: Any,
     send: Any,
     *,
-    body_counter: list[int] | None,
-    max_body_bytes: int,
+    outgoing: Outgoing | None = None,
+    streaming: bool = False,
+    body_counter: list[int] | None = None,
+    max_body_bytes: int = 0,
     extra_headers: RawHeaders = (),
     route: str = "passthrough",
+    error_body: Callable[[ProxyError], bytes] | None = None,
 ) -> tuple[int, int, float | None]:
     """Send upstream and relay back; returns (status for the log, bytes relayed, upstream ms).
 
-    With ``body_counter`` the request body is streamed from ``receive`` (and counted into it);
-    without, the request has no body. A body growing past ``max_body_bytes`` aborts the upstream
-    request, and the client gets a 413 if the provider has not answered yet.
+    The request body is ``outgoing.body`` (a request read whole and rewritten: its response
+    headers are added, its retry is tried once on a context overflow, its observer sees the
+    answer and its ``after`` runs once the response is relayed); else, with ``body_counter``,
+    it is streamed from ``receive`` (and counted into it), a body growing past
+    ``max_body_bytes`` aborting the upstream request (the client gets a 413 if the provider has
+    not answered yet); else the request has no body. ``streaming``: the client asked for SSE
+    (an overflow then shows as an empty 200). Errors of ours are shaped by ``error_body``.
     """
     assert upstream is not None, "the upstream client is created in the lifespan"
     started = time.perf_counter()
     answered = False
-    async with CancelOnDisconnect(receive, watch_now=body_counter is None) as guard:
-        body = (
-            None
-            if body_counter is None
-            else stream_request_body(receive, guard, body_counter, limit=max_body_bytes)
-        )
+    streamed = outgoing is None and body_counter is not None
+    async with CancelOnDisconnect(receive, watch_now=not streamed) as guard:
+        body: bytes | AsyncIterator[bytes] | None = None
+        if outgoing is not None:
+            body, extra_headers = outgoing.body, outgoing.response_headers
+        elif body_counter is not None:
+            body = stream_request_body(receive, guard, body_counter, limit=max_body_bytes)
         try:
             response = await upstream.send(method, url, headers, body)
+            if outgoing is not None and outgoing.retry is not None:
+                overflowed, response = await look_for_overflow(response, streaming=streaming)
+                if overflowed and response.status >= 400 and outgoing.observe is not None:
+                    # The answer may state the window: learned before the retry plans.
+                    outgoing.observe(response.status, response.headers, await response.read())
+                retried = await outgoing.retry() if overflowed else None
+                if retried is not None:
+                    await response.aclose()
+                    outgoing, extra_headers = retried, retried.response_headers
+                    response = await upstream.send(method, url, headers, outgoing.body)
         except ProxyError as error:
             close = CLOSE if error is guard.refused else ()
-            return error.status_code, await send_error(send, error, extra_headers=close), None
+            shaped = error_body(error) if error_body is not None else None
+            return (
+                error.status_code,
+                await send_error(send, error, extra_headers=close, body=shaped),
+                None,
+            )
         upstream_ms = (time.perf_counter() - started) * 1000
         answered = True
+        observe = outgoing.observe if outgoing is not None else None
+        if observe is not None:
+            response = tail = ResponseTail(response)
         try:
             sent = await relay(response, send, extra_headers=extra_headers)
         except UpstreamError as error:
@@ -328,8 +306,17 @@ async def forward(
             return cut_off(error, route=route), 0, upstream_ms
         finally:
             await response.aclose()
+        if observe is not None:
+            observe(response.status, response.headers, tail.tail())
+        if outgoing is not None and outgoing.after is not None and response.status < 400:
+            outgoing.after()
         return response.status, sent, upstream_ms
     if guard.refused is not None and not answered:  # the body outgrew the limit: 413, not 499
         error = guard.refused
-        return error.status_code, await send_error(send, error, extra_headers=CLOSE), None
+        shaped = error_body(error) if error_body is not None else None
+        return (
+            error.status_code,
+            await send_error(send, error, extra_headers=CLOSE, body=shaped),
+            None,
+        )
     return CLIENT_CLOSED, 0, None  # reached only when the client disconnected

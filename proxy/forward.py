@@ -112,9 +112,12 @@ class CancelOnDisconnect:
         return False
 
 
-async def send_error(send: Send, error: ProxyError, *, extra_headers: RawHeaders = ()) -> int:
-    """Answer with an OpenAI-shaped error body; returns the body size."""
-    body = error.to_body()
+async def send_error(
+    send: Send, error: ProxyError, *, extra_headers: RawHeaders = (), body: bytes | None = None
+) -> int:
+    """Answer with an error: ``body`` in the route's dialect, by default OpenAI's shape; returns
+    the body size."""
+    body = error.to_body() if body is None else body
     await send(  # type: ignore[operator]
         {
             "type": "http.response.start",

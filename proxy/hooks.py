@@ -57,8 +57,11 @@ class OutgoingRequest:
     conversation_id: str
     policy: str
     model: str
+    dialect: str  # the route: "chat" for /v1/chat/completions
     checkpoint: str | None  # the summary checkpoint applied, if any
-    messages: list[dict[str, Any]]  # a copy of what the provider is about to receive
+    # A copy of what the provider is about to receive, chat-shaped (proxy/dialects/base.py):
+    # for chat completions, the messages sent as they are.
+    messages: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ class Hooks:
                 conversation_id=conv.conversation_id,
                 policy=conv.policy_name,
                 model=conv.model,
+                dialect=conv.dialect.name,
                 checkpoint=current.applied_checkpoint,
                 messages=copy.deepcopy(messages),  # a hook that fails leaves nothing behind
             )

@@ -15,9 +15,9 @@ import logging
 import os
 
 from proxy import wirejson
-from proxy.chat import ChatRequest
 from proxy.config import Settings
 from proxy.errors import ProxyError
+from proxy.request import ClientRequest
 
 logger = logging.getLogger("proxy.recorder")
 
@@ -32,7 +32,7 @@ class Recorder:
         path = settings.record.path
         return cls(path, conversation_header=settings.conversation.header) if path else None
 
-    def write(self, request: ChatRequest) -> None:
+    def write(self, request: ClientRequest) -> None:
         try:
             body = request.body
         except ProxyError:

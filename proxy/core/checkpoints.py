@@ -38,6 +38,11 @@ HASHED_FIELDS = (
     "audio",
 )
 
+# Wire items of another dialect that reach the model (Responses reasoning items, Anthropic
+# thinking blocks), put on a neutral message by its adapter (proxy/dialects/base.py): hashed
+# after the chat fields, so chat histories hash as they always did.
+DIALECT_FIELD = "_hash"
+
 # Versioned seed: a change of canonical encoding must never match chains written by the old one.
 # v3: function_call, refusal and audio hashed; one running SHA-256 over JSON arrays (orjson).
 _SEED = hashlib.sha256(b"compaction-proxy/chain/v3").digest()
@@ -60,7 +65,11 @@ def canonical_message(message: Message) -> bytes:
     per message (issue 9: the chain is hashed on every compacted request).
     """
     get = message.get
-    return wirejson.canonical([get(name) for name in HASHED_FIELDS])
+    values = [get(name) for name in HASHED_FIELDS]
+    extra = get(DIALECT_FIELD)
+    if extra is not None:
+        values.append(extra)
+    return wirejson.canonical(values)
 
 
 def iter_chain(messages: Sequence[Message]) -> Iterator[str]:

@@ -227,7 +227,8 @@ def _cache_key(encoding: str, message: dict[str, Any]) -> int:
         message.get("tool_call_id"),
         content if isinstance(content, str) else None,
     )
-    rest = {k: v for k, v in message.items() if k not in _PLAIN_FIELDS}
+    # Keys starting with "_" are an adapter's (proxy/dialects/base.py) and never counted.
+    rest = {k: v for k, v in message.items() if k not in _PLAIN_FIELDS and k[:1] != "_"}
     if not isinstance(content, str) and content is not None:
         rest["content"] = content
     calls = rest.pop("tool_calls", None)

@@ -16,15 +16,22 @@ Runs, each a new conversation:
   (it would overflow after a few rounds);
 - ``inline`` and ``ahead``: the default policy (context_fraction 0.8, keep 2 interactions, which
   cuts between rounds inside this one long interaction);
-- ``ahead+mask``: the same plus ``clear_tool_results.older_than_rounds: 3`` (observation
-  masking, the cheap alternative to summarizing).
+- ``inline+mask`` and ``ahead+mask``: the agent policy of config/examples/coding-agent.yaml, the
+  same plus ``clear_tool_results.older_than_rounds: 3`` (observation masking, the cheap
+  alternative to summarizing).
 
 Printed per run: upstream overflows, the largest prompt against the window, prompts holding the
 task message verbatim, summarizer calls against rounds / 5, the added latency per round against
 the same round of ``off`` (p50, p99, max), and rounds that waited for a summary (added latency
-over half a summary call). Goals (PASS/FAIL): 0 overflows, every prompt under the window, the task in every prompt;
-ahead: no round waits for the summarizer; summarizer calls <= rounds / 5 (reported per run: with
-8k of window and ~1,150-token outputs only masking keeps summaries that rare, see docs).
+over half a summary call).
+
+Goals (PASS/FAIL). Every run: 0 overflows, every prompt under the window, the task in every
+prompt. The agent policy: summarizer calls <= rounds / 5, and in ahead mode no round waits.
+Summarizing alone cannot reach rounds / 5 here: a summary absorbs at most the rounds between
+"newest round kept" and the trigger, (0.8 x 8,192 - ~1,300) / ~1,150 = ~4.6 rounds, so >= 43
+summaries; ahead mode asks at the soft threshold (0.64 x 8,192), ~3.4 rounds a summary, and when
+a summary takes several rounds' time the prompt can outgrow the window before it is ready (then
+the turn waits rather than overflow). docs/policies.md ("Agent runs") explains the choice.
 """
 
 from __future__ import annotations
@@ -59,7 +66,9 @@ TOOLS = [
         "function": {"name": "run_tests", "parameters": {"type": "object", "properties": {}}},
     }
 ]
-RUNS = ("off", "inline", "ahead", "ahead+mask")
+RUNS = ("off", "inline", "ahead", "inline+mask", "ahead+mask")
+# The runs the issue's figures are held to: the agent policy of config/examples/coding-agent.yaml.
+AGENT_RUNS = ("inline+mask", "ahead+mask")
 
 
 def config() -> str:
@@ -75,6 +84,7 @@ policies:
   default:{policy.format(mode="ahead", mask=0)}
   inline:{policy.format(mode="inline", mask=0)}
   ahead:{policy.format(mode="ahead", mask=0)}
+  inline+mask:{policy.format(mode="inline", mask=3)}
   ahead+mask:{policy.format(mode="ahead", mask=3)}
 """
 
@@ -184,20 +194,19 @@ def report(runs: dict[str, Run], rounds: int, think: float) -> bool:
               f"{max(run.prompts, default=0):>6}/{WINDOW}{run.with_task:>5}/{len(run.prompts):<4}"
               f"{run.summaries:>9}{'yes' if rare else 'no':>6}{percentile(added, 50):>8.2f}"
               f"{percentile(added, 99):>8.2f}{max(added):>9.2f}{waited:>7}  {outcomes}")  # fmt: skip
-        run_ok = (
+        every_run = (
             run.errors == 0
             and run.overflows == 0
             and len(run.latencies) == rounds
             and max(run.prompts, default=0) <= WINDOW
             and run.with_task == len(run.prompts)
-            and (waited == 0 or not name.startswith("ahead"))
         )
-        ok = ok and run_ok
-    mask = runs["ahead+mask"]
-    verdict = "PASS" if ok and mask.summaries <= rounds / 5 else "FAIL"
-    print(f"{verdict}: 0 overflows, every prompt under {WINDOW}, the task in every prompt, no "
-          f"ahead round waiting for a summary; summarizer calls with masking {mask.summaries} "
-          f"<= {rounds / 5:.0f}")  # fmt: skip
+        agent = name not in AGENT_RUNS or (rare and (waited == 0 or name == "inline+mask"))
+        ok = ok and every_run and agent
+    verdict = "PASS" if ok else "FAIL"
+    print(f"{verdict}: every run 0 overflows, every prompt under {WINDOW}, the task in every "
+          f"prompt; the agent policy ({', '.join(AGENT_RUNS)}): summarizer calls <= "
+          f"{rounds / 5:.0f}, no ahead round waiting for a summary")  # fmt: skip
     return verdict == "PASS"
 
 

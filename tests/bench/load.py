@@ -99,7 +99,7 @@ _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*)(?::\d+)?\)$")
 # not listed: their caller says what they were doing).
 AREAS = (
     ("proxy/accesslog", "access log (json.dumps + logging)"),
-    ("proxy/chat", "parse the chat request (json.loads)"),
+    ("proxy/dialects/chat_completions", "parse the chat request"),
     ("proxy/", "proxy's own code (endpoints, forward, headers)"),
     ("aiohttp/", "upstream client (aiohttp)"),
     ("multidict/", "upstream client (aiohttp)"),

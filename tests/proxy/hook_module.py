@@ -38,6 +38,7 @@ class Tagger(_Recording):
                 "conversation_id": request.conversation_id,
                 "policy": request.policy,
                 "model": request.model,
+                "dialect": request.dialect,
                 "checkpoint": request.checkpoint,
                 "messages": len(request.messages),
             }

@@ -60,7 +60,9 @@ def test_a_hook_edits_what_is_sent_and_sees_every_summary(
     assert not any("[hooked]" in str(m.get("content")) for m in history)  # the client's own
     before = lines(record, "before_send", len(sent))
     assert {e["conversation_id"] for e in before} == {"conv-hooked"}
-    assert {e["policy"] for e in before} == {"default"}
+    assert {(e["policy"], e["dialect"], e["model"]) for e in before} == {
+        ("default", "chat", "gpt-4o")
+    }
     assert [e["messages"] for e in before] == [len(r["messages"]) for r in sent]
 
     shown = admin_view(server, "conv-hooked", key=KEY)

@@ -1,0 +1,127 @@
+"""What a wire dialect provides, and the neutral conversation it translates to.
+
+The neutral model is the core's (``proxy.core``): chat-shaped message dicts with ``role``
+(system, developer, user, assistant, tool), ``content`` (a string or text/image parts, what is
+counted), ``tool_calls`` (``id`` + function name and arguments) and ``tool_call_id``. A dialect
+whose wire items are not chat messages (Responses API items, Anthropic content blocks) puts on
+each neutral message it builds two private keys the core carries along untouched:
+
+- ``_wire``: the list of wire items this message stands for. Rendering walks the plan's messages
+  and puts each message's ``_wire`` back unchanged (one list shared by several neutral messages,
+  such as one Anthropic user message holding three tool results, is put back once).
+- ``_hash``: what of those items reaches the model (without cache hints that clients move from
+  turn to turn), hashed into the checkpoint chain next to the chat fields.
+
+A message without ``_wire`` in a plan was injected by the planner: the summary or a notice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from proxy.config import Settings
+from proxy.core.checkpoints import DIALECT_FIELD
+from proxy.core.planner import Plan
+from proxy.errors import ProxyError
+from proxy.forward import upstream_url
+from proxy.headers import request_headers_upstream
+from proxy.upstream.base import RawHeaders
+
+WIRE = "_wire"
+HASHED = DIALECT_FIELD  # "_hash"
+
+
+@dataclass(frozen=True)
+class Neutral:
+    """A request's conversation in the core's model."""
+
+    messages: list[dict[str, Any]]
+    tools: object = None  # tool schemas, counted as part of the prompt
+
+
+class Dialect(Protocol):
+    """One wire dialect (chat completions, Responses API, Anthropic Messages)."""
+
+    name: str  # the route label of metrics and logs
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        """The parsed body; InvalidRequest when no request of this dialect could be valid."""
+        ...
+
+    def conversation(self, body: dict[str, Any]) -> Neutral | None:
+        """The conversation to compact; None when the body is not compactable as it is (the
+        provider holds the history): forwarded unchanged, ``X-Compaction: off``."""
+        ...
+
+    def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
+        """The body to send for ``plan`` (made from ``conversation(body)``)."""
+        ...
+
+    def error_body(self, error: ProxyError) -> bytes:
+        """An error of ours in this dialect's shape."""
+        ...
+
+    def upstream_url(self, settings: Settings, scope: dict) -> str: ...
+
+    def upstream_headers(
+        self,
+        headers: RawHeaders,
+        settings: Settings,
+        *,
+        own_headers: frozenset[bytes],
+        drop_content_length: bool = False,
+    ) -> RawHeaders:
+        """The client's headers as the provider should see them (auth replaced when the proxy
+        holds the provider's key)."""
+        ...
+
+
+class OpenAIWire:
+    """URL, auth and error shape of OpenAI's API (chat completions, Responses, pass-through)."""
+
+    def error_body(self, error: ProxyError) -> bytes:
+        return error.to_body()
+
+    def upstream_url(self, settings: Settings, scope: dict) -> str:
+        return upstream_url(settings.upstream.base_url, scope)
+
+    def upstream_headers(
+        self,
+        headers: RawHeaders,
+        settings: Settings,
+        *,
+        own_headers: frozenset[bytes],
+        drop_content_length: bool = False,
+    ) -> RawHeaders:
+        key = settings.upstream.api_key
+        return request_headers_upstream(
+            headers,
+            own_headers=own_headers,
+            api_key=key.get_secret_value() if key is not None else None,
+            drop_content_length=drop_content_length,
+        )
+
+
+def wire_groups(plan: Plan) -> Iterator[tuple[list[Any] | None, list[dict[str, Any]]]]:
+    """The sent messages in order, grouped by the wire list they stand for: (``_wire``, its
+    neutral messages); an injected message (no ``_wire``) comes as (None, [message])."""
+    current: list[Any] | None = None
+    members: list[dict[str, Any]] = []
+    for message in plan.messages:
+        wire = message.get(WIRE)
+        if wire is not None and wire is current:
+            members.append(message)
+            continue
+        if members:
+            yield current, members
+        current, members = wire, [message]
+    if members:
+        yield current, members
+
+
+def cleared_wires(plan: Plan) -> set[int]:
+    """ids of the ``_wire`` lists whose tool result the plan replaced by a stub (the stub is
+    the neutral message's ``content``)."""
+    return {id(plan.source[i][WIRE]) for i in plan.cleared if plan.source[i].get(WIRE) is not None}

@@ -1,0 +1,44 @@
+"""``POST /v1/chat/completions``: the neutral model is this dialect's own message list, so
+translating is checking, and rendering is the plan's messages in the client's body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy import wirejson
+from proxy.core.messages import validate_messages
+from proxy.core.planner import Plan
+from proxy.dialects.base import Neutral, OpenAIWire
+from proxy.errors import InvalidRequest
+
+
+def parse_chat_body(raw: bytes) -> dict[str, Any]:
+    """Parse and check the parts every chat completion needs; anything else is the provider's."""
+    body = wirejson.parse(raw)
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
+    if "messages" not in body:
+        raise InvalidRequest(
+            "'messages' is required", param="messages", code="missing_required_parameter"
+        )
+    if not isinstance(body["messages"], list):
+        raise InvalidRequest("'messages' must be an array", param="messages", code="invalid_type")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidRequest("'model' must be a string", param="model", code="invalid_type")
+    return body
+
+
+class ChatCompletions(OpenAIWire):
+    name = "chat"
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        return parse_chat_body(raw)
+
+    def conversation(self, body: dict[str, Any]) -> Neutral:
+        return Neutral(validate_messages(body["messages"]), body.get("tools"))
+
+    def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
+        return {**body, "messages": plan.messages}
+
+
+CHAT = ChatCompletions()
