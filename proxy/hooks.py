@@ -157,8 +157,8 @@ class Hooks:
             edited = await self._call(
                 hook, "before_send", lambda h=hook, r=request: h.instance.before_send(r)
             )
-            if edited is None or edited is _FAILED:
-                continue
+            if edited is None or edited is _FAILED or edited == messages:
+                continue  # unchanged: an untouched request still goes out as the client's bytes
             try:
                 messages = validate_messages(edited)
             except InvalidRequest as exc:

@@ -78,3 +78,10 @@ class Garbage:
 
 class NoMethods:
     """Defines neither stage: refused at start-up."""
+
+
+class Observer:
+    """Looks and changes nothing."""
+
+    async def before_send(self, request: OutgoingRequest) -> list[dict[str, Any]]:
+        return request.messages

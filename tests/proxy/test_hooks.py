@@ -130,3 +130,18 @@ def test_a_hook_that_cannot_be_used_stops_start_up(entry: str, message: str) -> 
     settings = settings_for("http://127.0.0.1:9", config(f"  - {entry}"))
     with pytest.raises(ConfigError, match=message):
         create_app(settings)
+
+
+def test_a_hook_that_changes_nothing_leaves_the_clients_bytes(
+    mock: MockUpstream, start_proxy
+) -> None:
+    hooks = f'  - {{class: "{MODULE}:Observer"}}'
+    server = start_proxy(settings_for(mock.url, config(hooks)))  # type: ignore[attr-defined]
+    raw = b'{"model":  "gpt-4o",   "messages": [ {"role": "user", "content": "hi"} ]}'
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        content=raw,
+        headers={"content-type": "application/json", "x-conversation-id": "conv-observed"},
+    )
+    assert response.headers["x-compaction"] == "skipped"
+    assert mock.received[-1].body == raw
