@@ -18,9 +18,9 @@ from proxy.abort import quiet_uvicorn
 from proxy.admin import admin_routes
 from proxy.background import BackgroundQueue
 from proxy.calibration import Calibration
-from proxy.compaction import Compactor, SummarizerFactory
-from proxy.config import Settings, SummarizerSettings, load_settings
-from proxy.core.tokens import TokenCounter, lookup_model
+from proxy.compaction import Compactor
+from proxy.config import Settings, load_settings
+from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_completions import CHAT
 from proxy.endpoints import CompactedRoute, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
@@ -30,44 +30,13 @@ from proxy.metrics import Metrics, counter_family, gauge_family, model_families
 from proxy.recorder import Recorder
 from proxy.request import Rewriter
 from proxy.store import Store, open_store
-from proxy.summarizer import OpenAISummarizer, Summarizer
-from proxy.tenancy import Credentials
+from proxy.summarizer import SummarizerFactory, summarizer_factory
 from proxy.upstream import UpstreamClient, open_upstream
 from proxy.windows import ModelWindows, startup_warnings
 
 logger = logging.getLogger("proxy")
 
 _TOKENIZER_LOAD_SECONDS = 30
-
-
-def summarizer_factory(
-    settings: Settings, client: httpx.AsyncClient, counter: TokenCounter
-) -> SummarizerFactory:
-    """Summarizers speak to ``summarizer.base_url`` (default: the upstream) with
-    ``summarizer.api_key``, else ``upstream.api_key``, else the caller's own credential headers
-    (Authorization of any scheme, ``api-key``, ``x-api-key``: what the caller sent), the last
-    only when the summarizer is the upstream itself (a caller's key never goes elsewhere).
-    ``own``: a policy's summarizer settings (``SummarizerSettings.for_policy``); default: the
-    global ones."""
-
-    def make(caller: Credentials | None, own: SummarizerSettings | None = None) -> Summarizer:
-        own = own or settings.summarizer
-        info = lookup_model(own.model, settings.model_table())
-        if info is not None and info.context_window < own.max_input_tokens:
-            # A call can never take more than the summarizer model's own window: chunk to fit.
-            own = own.model_copy(update={"max_input_tokens": info.context_window})
-        key = own.api_key or (settings.upstream.api_key if own.base_url is None else None)
-        fixed = {"authorization": f"Bearer {key.get_secret_value()}"} if key is not None else None
-        credentials = fixed or (caller if own.base_url is None else None)
-        return OpenAISummarizer(
-            client,
-            base_url=own.base_url or settings.upstream.base_url,
-            credentials=credentials,
-            settings=own,
-            counter=counter,
-        )
-
-    return make
 
 
 def create_app(

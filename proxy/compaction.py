@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from proxy import wirejson
 from proxy.background import BackgroundQueue
 from proxy.calibration import Calibration, effective_window, prompt_tokens
-from proxy.config import Settings, SummarizerSettings
+from proxy.config import Settings
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.core.interactions import strip_agent_summaries
 from proxy.core.messages import validate_messages
@@ -31,13 +31,13 @@ from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.base import Dialect, Neutral
 from proxy.dialects.chat_completions import CHAT
-from proxy.errors import InvalidRequest, PayloadTooLarge, SummarizerError
+from proxy.errors import PayloadTooLarge, SummarizerError
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.policies import POLICY_HEADER, SWITCH_HEADER, choose_policy
 from proxy.request import ClientRequest, Outgoing
 from proxy.store import Store
-from proxy.summarizer import Summarizer
+from proxy.summarizer import SummarizerFactory
 from proxy.tenancy import (
     Credentials,
     credential_from_headers,
@@ -61,14 +61,6 @@ AHEAD = "summarize-ahead"
 # Bodies larger than this are parsed, planned and encoded in a worker thread. Below it the work
 # takes about a millisecond or two, less than handing it to a thread and back would cost.
 OFFLOAD_BYTES = 1 << 20
-
-
-class SummarizerFactory(Protocol):
-    """The summarizer for a caller's credentials and a policy's summarizer settings."""
-
-    def __call__(
-        self, caller: Credentials | None, own: SummarizerSettings | None = None, /
-    ) -> Summarizer: ...
 
 
 async def _work(heavy: bool, function: Callable[..., T], *args: Any) -> T:
@@ -322,48 +314,41 @@ class Compactor:
 
         return observe
 
-    # --- the admin API's entry points ----------------------------------------------------------
+    # --- primitives for the admin API (proxy/admin.py) ---------------------------------------
 
-    def _admin_policy(
-        self, body: dict[str, Any], policy_name: object, tenant: str
-    ) -> tuple[str, PolicySettings]:
-        if policy_name is None:
-            return choose_policy(self.settings, {}, model=body.get("model") or "", tenant=tenant)
-        if not isinstance(policy_name, str) or policy_name not in self.settings.policies:
-            raise InvalidRequest(
-                f"no configured policy named {policy_name!r}", param="policy", code="unknown_policy"
-            )
-        return policy_name, self.settings.policies[policy_name]
-
-    def preview(self, body: dict[str, Any], *, policy_name: object, tenant: str) -> Plan:
-        """A dry run: what the policy would send for these messages, with no stored state."""
-        name, policy = self._admin_policy(body, policy_name, tenant)
-        messages = validate_messages(body["messages"])
-        conv = self._conversation(tenant, "preview", body, messages, name, policy, credentials=None)
-        return self._plan(conv, None)
-
-    async def compact_now(
+    def conversation_of(
         self,
         tenant: str,
         conversation_id: str,
         body: dict[str, Any],
         *,
-        policy_name: object,
+        policy_name: str,
+        policy: PolicySettings,
         credentials: Credentials | None,
-    ) -> tuple[Plan, Checkpoint | None]:
-        """Force a summary of everything but the last interaction, now, and store it."""
-        name, policy = self._admin_policy(body, policy_name, tenant)
+    ) -> Conversation:
+        """The conversation a posted chat body holds (messages validated); reads no state."""
         messages = validate_messages(body["messages"])
-        conv = self._conversation(
-            tenant, conversation_id, body, messages, name, policy, credentials=credentials
+        return self._conversation(
+            tenant, conversation_id, body, messages, policy_name, policy, credentials=credentials
         )
-        checkpoint = find_deepest(await self.store.load(tenant, conversation_id), conv.messages)
-        forced = self._plan(conv, checkpoint, force=True)
-        wanted = forced.summary_request
-        if policy.strategy != "summarize" or wanted is None:
-            return forced, checkpoint
-        made = await self._summarize_inline(conv, forced, wanted, mode="admin")
-        return self._plan(conv, made, force=True), made
+
+    async def deepest_checkpoint(self, conv: Conversation) -> Checkpoint | None:
+        """The stored checkpoint deepest in this history (one store read)."""
+        return find_deepest(await self.store.load(conv.tenant, conv.conversation_id), conv.messages)
+
+    def plan(
+        self, conv: Conversation, checkpoint: Checkpoint | None, *, force: bool = False
+    ) -> Plan:
+        """What the conversation's policy sends with this checkpoint (``force``: a compaction
+        as hard as the rules allow, as for an overflow retry)."""
+        return self._plan(conv, checkpoint, force=force)
+
+    async def summarize(
+        self, conv: Conversation, current: Plan, wanted: SummaryRequest, *, mode: str
+    ) -> Checkpoint:
+        """Make and store the checkpoint ``wanted`` asks for, now (``mode`` labels the metrics).
+        Raises SummarizerError."""
+        return await self._summarize_inline(conv, current, wanted, mode=mode)
 
     def _untouched(self, request: ClientRequest, policy: str | None = None) -> Outgoing:
         return Outgoing(body=request.raw, response_headers=self._off(policy))

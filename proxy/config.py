@@ -1,4 +1,4 @@
-"""Typed, validated settings: the YAML contract of DESIGN.md ("The config surface").
+"""Typed, validated settings: the YAML contract (docs/configuration.md, generated from here).
 
 Settings are read once, at start-up, into frozen pydantic models. Every key has a default and a
 description (the configuration reference is generated from them). Errors name the key path and,
@@ -29,15 +29,12 @@ from proxy.core.policy import (
     PolicySettings,
 )
 from proxy.core.summary_message import check_final_prompt
+from proxy.errors import ConfigError
 from proxy.families import FAMILIES
 
 CONFIG_PATH_ENV = "COMPACTION_PROXY_CONFIG"
 UPSTREAM_URL_ENV = "COMPACTION_PROXY_UPSTREAM_URL"
 UPSTREAM_KEY_ENV = "COMPACTION_PROXY_UPSTREAM_API_KEY"
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the key (and line) at fault."""
 
 
 class _Model(BaseModel):

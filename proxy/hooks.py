@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.config import ConfigError, HookSettings
+from proxy.config import HookSettings
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.messages import validate_messages
 from proxy.core.planner import Plan
 from proxy.core.tokens import TokenCounter
-from proxy.errors import InvalidRequest
+from proxy.errors import ConfigError, InvalidRequest
 from proxy.export import Exporter, SummaryEvent
 
 if TYPE_CHECKING:

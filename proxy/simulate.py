@@ -23,15 +23,16 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from proxy.config import ConfigError, Settings, load_settings
+from proxy.config import Settings, load_settings
 from proxy.core.messages import calls_text, content_text, validate_messages
 from proxy.core.plan_view import describe_plan
 from proxy.core.planner import Plan, plan
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.core.triggers import compile_conditions
-from proxy.errors import InvalidRequest, SummarizerError
+from proxy.errors import ConfigError, InvalidRequest, SummarizerError
 from proxy.policies import choose_policy
+from proxy.summarizer import summarizer_factory
 from proxy.windows import ModelWindows
 
 DEFAULT_MODEL = "gpt-4o"
@@ -99,8 +100,6 @@ def dry_run(
 
 async def summarize(settings: Settings, run: DryRun, *, authorization: str | None) -> DryRun:
     """The plan with the summary it asks for, written by the configured summarizer."""
-    from proxy.app import summarizer_factory  # the proxy's own rule for URL and credentials
-
     wanted = run.plan.summary_request
     if wanted is None:
         return run

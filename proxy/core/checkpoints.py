@@ -3,8 +3,8 @@
 A checkpoint stands for ``messages[:covered]`` of a conversation (preamble included in the count).
 It carries a hash chain over exactly those messages, so a request applies a checkpoint only when
 its own prefix hashes to the same chain: an edited, regenerated or forked history never receives a
-summary of turns it does not have, and a fork that shares the prefix reuses it (DESIGN.md,
-"State: a cache of summaries, safe against forks").
+summary of turns it does not have, and a fork that shares the prefix reuses it
+(docs/architecture.md, "State: checkpoints, safe against forks").
 
 A conversation's *record* holds its newest checkpoints first, bounded in number, plus the owner
 fingerprint that the store checks on every read (see ``proxy.tenancy``). This module is pure: no

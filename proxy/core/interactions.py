@@ -1,6 +1,6 @@
 """Grouping a message list into a preamble and interactions, and where it may be cut.
 
-DESIGN.md ("Interactions"): the preamble is the leading run of system/developer messages; an
+docs/policies.md ("Interactions"): the preamble is the leading run of system/developer messages; an
 interaction is one user message plus every message after it up to the next user message;
 messages before the first user message that are not system form interaction 0. A system
 message in the middle of the conversation belongs to the interaction it sits in, so the
@@ -61,11 +61,6 @@ class Grouping:
     def start_of(self, k: int) -> int:
         """Message index where interaction k starts (``total`` when k is past the end)."""
         return self.starts[k] if k < len(self.starts) else self.total
-
-    def index_of(self, message_index: int) -> int | None:
-        """The interaction that starts exactly at ``message_index``, if any."""
-        k = bisect_left(self.starts, message_index)
-        return k if k < len(self.starts) and self.starts[k] == message_index else None
 
     def interaction_at(self, message_index: int) -> int:
         """The interaction holding ``message_index`` (-1 inside the preamble)."""

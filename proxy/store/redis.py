@@ -26,8 +26,8 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from proxy.config import ConfigError, StoreSettings
-from proxy.errors import StoreError
+from proxy.config import StoreSettings
+from proxy.errors import ConfigError, StoreError
 
 # Compare the stored value by digest, so a CAS sends one copy of the record, not two.
 _CAS = """

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from proxy.app import create_app
-from proxy.config import ConfigError
+from proxy.errors import ConfigError
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import (

@@ -1,4 +1,4 @@
-"""How the app builds summarizers: credentials and the summarizer model's own window."""
+"""How the proxy builds summarizers: credentials and the summarizer model's own window."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import httpx
 import pytest
 import respx
 
-from proxy.app import summarizer_factory
 from proxy.config import parse_settings
 from proxy.core.tokens import TokenCounter
+from proxy.summarizer import summarizer_factory
 
 BASE = "http://provider.test/v1"
 

@@ -13,8 +13,8 @@ from pydantic import SecretStr
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from proxy.config import ConfigError
 from proxy.core.checkpoints import Checkpoint
+from proxy.errors import ConfigError
 from proxy.store import open_store
 from proxy.store.redis import (
     ClusterTarget,
