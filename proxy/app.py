@@ -24,6 +24,8 @@ from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_completions import CHAT
 from proxy.endpoints import CompactedRoute, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
+from proxy.export import Exporter, export_events, open_sinks
+from proxy.hooks import Hooks
 from proxy.metrics import Metrics, counter_family, gauge_family, model_families
 from proxy.recorder import Recorder
 from proxy.request import Rewriter
@@ -69,6 +71,17 @@ def create_app(
         settings.calibration,
         on_sample=lambda outcome: metrics.child(metrics.calibration_samples, outcome).inc(),
     )
+    # Hooks and summary export (opt-in; docs/operations.md), their metrics on /metrics.
+    hooks = Hooks.build(
+        settings.hooks,
+        exporter=Exporter(
+            open_sinks(settings.export),
+            queue=settings.export.queue,
+            events=export_events(metrics.registry),
+        ),
+        counter=counter,
+        registry=metrics.registry,
+    )
     compactor = Compactor(
         settings,
         store=store,
@@ -78,6 +91,7 @@ def create_app(
         metrics=metrics,
         windows=windows,
         calibration=calibration,
+        hooks=hooks,
     )
     resources = Resources(
         settings=settings,
@@ -107,6 +121,7 @@ def create_app(
                 await probe
             await windows.aclose()
             await background.aclose(settings.server.shutdown_grace_seconds)
+            await hooks.aclose(settings.server.shutdown_grace_seconds)
             client, resources.upstream = resources.upstream, None
             await client.aclose()
             await summarizer_client.aclose()

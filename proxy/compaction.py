@@ -32,6 +32,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.dialects.base import Dialect, Neutral
 from proxy.dialects.chat_completions import CHAT
 from proxy.errors import PayloadTooLarge, SummarizerError
+from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.policies import POLICY_HEADER, SWITCH_HEADER, choose_policy
 from proxy.replay import choose_checkpoint, pinned_id
@@ -139,6 +140,7 @@ class Compactor:
         metrics: Metrics,
         windows: ModelWindows | None = None,
         calibration: Calibration | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -148,6 +150,7 @@ class Compactor:
         self.metrics = metrics
         self.windows = windows or ModelWindows(settings)
         self.calibration = calibration or Calibration(settings.calibration)
+        self.hooks = hooks or Hooks(counter=counter)
         self._infos: dict[tuple[int, str], ModelInfo] = {}
 
     # --- the request path ---------------------------------------------------------------------
@@ -230,6 +233,7 @@ class Compactor:
                 conv, wanted, current.applied_checkpoint, fired=bool(current.fired)
             )
         outcome = outcome or _outcome(current, after)
+        current = await self.hooks.before_send(conv, current)
         return await _work(heavy, self._outgoing, conv, current, messages, outcome, after)
 
     def _neutral_of(self, dialect: Dialect, body: dict[str, Any]) -> Neutral | None:
@@ -285,7 +289,7 @@ class Compactor:
             model=model,
             model_info=self._model_info(model),
             credentials=credentials,
-            messages=strip_agent_summaries(messages),
+            messages=strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt),
             body=body,
             raw=raw,
             heavy=heavy,
@@ -468,11 +472,13 @@ class Compactor:
                     wanted.covered,
                 )
                 parent_id = existing.id
-            summarizer_settings = self.settings.summarizer
+            summarizer_settings = self.settings.summarizer.for_policy(
+                conv.policy, request_model=conv.model
+            )
             started = time.perf_counter()
             try:
                 text = await asyncio.wait_for(
-                    self.summarizer_for(conv.credentials).summarize(
+                    self.summarizer_for(conv.credentials, summarizer_settings).summarize(
                         wanted.messages,
                         previous=wanted.previous,
                         model=summarizer_settings.model,
@@ -504,6 +510,7 @@ class Compactor:
                 dropped_tokens=input_tokens,
             )
             await self.store.add_checkpoint(conv.tenant, conv.conversation_id, checkpoint)
+            self.hooks.summary_made(conv, checkpoint)
             return checkpoint
         finally:
             await self.store.release_lock(conv.tenant, conv.conversation_id, token)

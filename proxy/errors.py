@@ -16,6 +16,7 @@
     │   └── UpstreamTimeout         504
     ├── SummarizerError             a summary could not be made (callers fail open)
     ├── StoreError                  the state store failed (callers fail open)
+    ├── ExportError                 a summary could not be exported (counted, logged; fail open)
     ├── EvaluationError             ``eval``: a call to the model under test or the judge failed
     └── ConfigError                 the configuration cannot be used (at startup: the CLI exits 2)
 
@@ -120,6 +121,10 @@ class SummarizerError(ProxyError):
 
 class StoreError(ProxyError):
     error_type = "store_error"
+
+
+class ExportError(ProxyError):
+    error_type = "export_error"
 
 
 class EvaluationError(ProxyError):

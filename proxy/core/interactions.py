@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from proxy.core.messages import tool_call_ids
@@ -159,9 +160,13 @@ def _safe_cuts(messages: list[dict[str, Any]], starts: list[int]) -> tuple[bool,
     return tuple(safe)
 
 
-def strip_agent_summaries(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def strip_agent_summaries(
+    messages: list[dict[str, Any]], *, final_prompt: str | None = None
+) -> list[dict[str, Any]]:
     """Drop summaries this proxy injected that a client echoed back, so two never stack; a
-    client's own message using the tag is left alone (``is_agent_summary``)."""
-    if not any(m.get("role") == "system" and is_agent_summary(m) for m in messages):
+    client's own message using the tag is left alone (``is_agent_summary``; ``final_prompt``:
+    the policy's own frame, recognised as well as the built-in one)."""
+    ours = partial(is_agent_summary, final_prompt=final_prompt)
+    if not any(m.get("role") == "system" and ours(m) for m in messages):
         return messages
-    return [m for m in messages if not is_agent_summary(m)]
+    return [m for m in messages if not ours(m)]

@@ -146,7 +146,11 @@ class Plan:
             raise ValueError(f"covered={covered} is not a safe cut point")
         head = [
             *ctx.working[: self.grouping.preamble_len],
-            render_summary_message(text, max_chars=ctx.summary_max_chars),
+            render_summary_message(
+                text,
+                max_chars=ctx.summary_max_chars,
+                final_prompt=ctx.policy.summarizer.final_prompt,
+            ),
         ]
         messages, kept_from, task, tokens = _assemble(ctx, self.grouping, head, covered)
         return replace(
@@ -181,7 +185,11 @@ def plan(
     as leave room for the summary; when it is the only one left, its task and newest round),
     and the budget is applied like ``window_tokens``."""
     # off is fully transparent: not even a client's echoed summary is touched.
-    source = messages if policy.strategy == "off" else strip_agent_summaries(messages)
+    source = (
+        messages
+        if policy.strategy == "off"
+        else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
+    )
     grouping = group(source)
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.per_message(source, model)
@@ -325,7 +333,11 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
     head_with: list[dict[str, Any]] | None = None  # a prior that would not save anything
     prior_cut = _prior_cut(prior, grouping)
     if prior is not None and prior_cut is not None:
-        summary = render_summary_message(prior.text, max_chars=m.ctx.summary_max_chars)
+        summary = render_summary_message(
+            prior.text,
+            max_chars=m.ctx.summary_max_chars,
+            final_prompt=m.ctx.policy.summarizer.final_prompt,
+        )
         head_with = [*head, summary]
         with_prior = m.verdict(prior_cut, head_with)
         floor = prior_cut

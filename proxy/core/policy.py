@@ -10,9 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from proxy.core.conditions import Condition
+from proxy.core.summary_message import check_final_prompt
 
 
 class PolicyModel(BaseModel):
@@ -131,6 +132,50 @@ class ClearToolResultsSettings(PolicyModel):
     min_tokens: NonNegativeInt = Field(0, description="Only stub results larger than N tokens.")
 
 
+# ``summarizer.model: $request``: summarize with the model the request itself names.
+REQUEST_MODEL = "$request"
+_INHERIT = " Null: the global summarizer's."
+
+
+class PolicySummarizer(PolicyModel):
+    """A policy's own summarizer: each key set here replaces the global ``summarizer:``'s."""
+
+    model: str | None = Field(
+        None, description=f"Model that writes summaries; {REQUEST_MODEL}: the request's.{_INHERIT}"
+    )
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL." + _INHERIT)
+    api_key: SecretStr | None = Field(None, description="Key for base_url." + _INHERIT)
+    timeout_seconds: float | None = Field(
+        None, gt=0, description="Bound on one summary." + _INHERIT
+    )
+    max_summary_tokens: int | None = Field(
+        None, gt=0, description="max_tokens of a summary call." + _INHERIT
+    )
+    max_input_tokens: int | None = Field(
+        None, gt=0, description="Largest transcript one call may take." + _INHERIT
+    )
+    cod_max_loops: int | None = Field(
+        None, ge=0, description="Chain-of-Density refinement passes (0 = off)." + _INHERIT
+    )
+    prompt: str | None = Field(None, description="Prompt for a first summary." + _INHERIT)
+    update_prompt: str | None = Field(
+        None, description="Prompt to extend an existing summary." + _INHERIT
+    )
+    instructions: str | None = Field(
+        None, description="Extra instructions appended to either prompt." + _INHERIT
+    )
+    final_prompt: str | None = Field(
+        None,
+        description="The text the summary is framed with in the message sent (LangMem's "
+        "final_prompt), {summary} where it goes, some text before it." + _INHERIT,
+    )
+
+    @field_validator("final_prompt")
+    @classmethod
+    def _check_final_prompt(cls, value: str | None) -> str | None:
+        return None if value is None else check_final_prompt(value)
+
+
 class PolicySettings(PolicyModel):
     strategy: Literal["summarize", "neuralyze", "trim", "off"] = Field(
         "summarize", description="What to do with old interactions when a trigger fires."
@@ -156,6 +201,10 @@ class PolicySettings(PolicyModel):
     window_tokens: NonNegativeInt = Field(0, description="Final hard token budget (0 = none).")
     neuralyze_notice: str | None = Field(
         None, description="neuralyze: an optional fixed notice put where old turns were dropped."
+    )
+    summarizer: PolicySummarizer = Field(
+        default_factory=PolicySummarizer,
+        description="This policy's summarizer: keys set here override the global summarizer's.",
     )
 
     @field_validator("strategy", mode="before")
