@@ -4,6 +4,9 @@ Reading a conversation needs its tenant, and the tenant is derived from the call
 the admin sends it in ``X-Caller-Authorization`` (as the caller would send Authorization). Only
 with ``admin.cross_tenant: true`` may ``X-Tenant`` name a tenant directly, so an admin token alone
 cannot read other tenants' content unless the config says so.
+
+The preview (a dry run) and the forced compaction are admin code built on the ``Compactor``'s
+public primitives, not entry points of the request path (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -16,11 +19,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from proxy import wirejson
+from proxy.admin_state import state_routes
 from proxy.config import Settings
+from proxy.core.checkpoints import Checkpoint
 from proxy.core.plan_view import describe_checkpoint, describe_plan, describe_record
+from proxy.core.planner import Plan
+from proxy.core.policy import PolicySettings
 from proxy.errors import InvalidRequest, NotFound, ProxyError, StoreError, Unauthorized
+from proxy.policies import choose_policy
 from proxy.store import Store
-from proxy.tenancy import credential_from_headers, validate_conversation_id
+from proxy.tenancy import Credentials, credential_from_headers, validate_conversation_id
 
 if TYPE_CHECKING:
     from proxy.compaction import Compactor
@@ -37,6 +45,53 @@ def _caller_credentials(request: Request) -> dict[str, str] | None:
     """The caller's credential as the caller would send it (for a summary on their key)."""
     caller = request.headers.get(CALLER_HEADER)
     return None if caller is None else {"authorization": caller}
+
+
+def admin_policy(
+    settings: Settings, body: dict[str, Any], policy_name: object, tenant: str
+) -> tuple[str, PolicySettings]:
+    """The policy a posted body names in ``policy``, else the one its model and tenant route to."""
+    if policy_name is None:
+        return choose_policy(settings, {}, model=body.get("model") or "", tenant=tenant)
+    if not isinstance(policy_name, str) or policy_name not in settings.policies:
+        raise InvalidRequest(
+            f"no configured policy named {policy_name!r}", param="policy", code="unknown_policy"
+        )
+    return policy_name, settings.policies[policy_name]
+
+
+def preview_plan(
+    compactor: Compactor, body: dict[str, Any], *, policy_name: object, tenant: str
+) -> Plan:
+    """A dry run: what the policy would send for these messages, with no stored state."""
+    name, policy = admin_policy(compactor.settings, body, policy_name, tenant)
+    conv = compactor.conversation_of(
+        tenant, "preview", body, policy_name=name, policy=policy, credentials=None
+    )
+    return compactor.plan(conv, None)
+
+
+async def compact_now(
+    compactor: Compactor,
+    tenant: str,
+    conversation_id: str,
+    body: dict[str, Any],
+    *,
+    policy_name: object,
+    credentials: Credentials | None,
+) -> tuple[Plan, Checkpoint | None]:
+    """Force a summary of everything but the last interaction, now, and store it."""
+    name, policy = admin_policy(compactor.settings, body, policy_name, tenant)
+    conv = compactor.conversation_of(
+        tenant, conversation_id, body, policy_name=name, policy=policy, credentials=credentials
+    )
+    checkpoint = await compactor.deepest_checkpoint(conv)
+    forced = compactor.plan(conv, checkpoint, force=True)
+    wanted = forced.summary_request
+    if policy.strategy != "summarize" or wanted is None:
+        return forced, checkpoint
+    made = await compactor.summarize(conv, forced, wanted, mode="admin")
+    return compactor.plan(conv, made, force=True), made
 
 
 def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list[BaseRoute]:
@@ -107,7 +162,8 @@ def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list
 
     async def compact(request: Request, tenant: str) -> Response:
         body = await body_of(request)
-        plan, checkpoint = await compactor.compact_now(
+        plan, checkpoint = await compact_now(
+            compactor,
             tenant,
             conversation_id(request),
             body,
@@ -123,12 +179,13 @@ def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list
 
     async def preview(request: Request, tenant: str) -> Response:
         body = await body_of(request)
-        plan = compactor.preview(body, policy_name=body.get("policy"), tenant=tenant)
+        plan = preview_plan(compactor, body, policy_name=body.get("policy"), tenant=tenant)
         return JSONResponse(describe_plan(plan))
 
     if token is None:
         return []
     return [
+        *state_routes(settings, store, compactor.counter, endpoint, conversation_id),
         Route(
             "/conversations/{conversation_id:path}/checkpoints/{checkpoint_id}",
             endpoint(show_checkpoint),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 from starlette.applications import Starlette
@@ -20,16 +20,17 @@ from proxy.background import BackgroundQueue
 from proxy.calibration import Calibration
 from proxy.compaction import Compactor
 from proxy.config import Settings, load_settings
-from proxy.core.tokens import TokenCounter, lookup_model
+from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_completions import CHAT
 from proxy.endpoints import CompactedRoute, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
+from proxy.export import Exporter, export_events, open_sinks
+from proxy.hooks import Hooks
 from proxy.metrics import Metrics, counter_family, gauge_family, model_families
 from proxy.recorder import Recorder
 from proxy.request import Rewriter
 from proxy.store import Store, open_store
-from proxy.summarizer import OpenAISummarizer, Summarizer
-from proxy.tenancy import Credentials
+from proxy.summarizer import SummarizerFactory, summarizer_factory
 from proxy.upstream import UpstreamClient, open_upstream
 from proxy.windows import ModelWindows, startup_warnings
 
@@ -38,38 +39,13 @@ logger = logging.getLogger("proxy")
 _TOKENIZER_LOAD_SECONDS = 30
 
 
-def summarizer_factory(
-    settings: Settings, client: httpx.AsyncClient, counter: TokenCounter
-) -> Callable[[Credentials | None], Summarizer]:
-    """Summarizers speak to ``summarizer.base_url`` (default: the upstream) with
-    ``summarizer.api_key``, else ``upstream.api_key``, else the caller's own credential headers
-    (Authorization of any scheme, ``api-key``, ``x-api-key``: what the caller sent), the last
-    only when the summarizer is the upstream itself (a caller's key never goes elsewhere)."""
-    own = settings.summarizer
-    info = lookup_model(own.model, settings.model_table())
-    if info is not None and info.context_window < own.max_input_tokens:
-        # A call can never take more than the summarizer model's own window: chunk to fit it.
-        own = own.model_copy(update={"max_input_tokens": info.context_window})
-    base_url = own.base_url or settings.upstream.base_url
-    key = own.api_key or (settings.upstream.api_key if own.base_url is None else None)
-    fixed = {"authorization": f"Bearer {key.get_secret_value()}"} if key is not None else None
-
-    def make(caller: Credentials | None) -> Summarizer:
-        credentials = fixed or (caller if own.base_url is None else None)
-        return OpenAISummarizer(
-            client, base_url=base_url, credentials=credentials, settings=own, counter=counter
-        )
-
-    return make
-
-
 def create_app(
     settings: Settings,
     *,
     upstream: UpstreamClient | None = None,
     rewriter: Rewriter | None = None,
     store: Store | None = None,
-    summarizer_for: Callable[[Credentials | None], Summarizer] | None = None,
+    summarizer_for: SummarizerFactory | None = None,
     counter: TokenCounter | None = None,
 ) -> Starlette:
     """The proxy as an ASGI app. The keyword arguments replace a real part (tests); by default
@@ -95,6 +71,17 @@ def create_app(
         settings.calibration,
         on_sample=lambda outcome: metrics.child(metrics.calibration_samples, outcome).inc(),
     )
+    # Hooks and summary export (opt-in; docs/operations.md), their metrics on /metrics.
+    hooks = Hooks.build(
+        settings.hooks,
+        exporter=Exporter(
+            open_sinks(settings.export),
+            queue=settings.export.queue,
+            events=export_events(metrics.registry),
+        ),
+        counter=counter,
+        registry=metrics.registry,
+    )
     compactor = Compactor(
         settings,
         store=store,
@@ -104,6 +91,7 @@ def create_app(
         metrics=metrics,
         windows=windows,
         calibration=calibration,
+        hooks=hooks,
     )
     resources = Resources(
         settings=settings,
@@ -133,6 +121,7 @@ def create_app(
                 await probe
             await windows.aclose()
             await background.aclose(settings.server.shutdown_grace_seconds)
+            await hooks.aclose(settings.server.shutdown_grace_seconds)
             client, resources.upstream = resources.upstream, None
             await client.aclose()
             await summarizer_client.aclose()

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy import simulate
-from proxy.config import CONFIG_PATH_ENV, ConfigError, Settings, load_settings, masked_dump
+from proxy.config import CONFIG_PATH_ENV, Settings, load_settings, masked_dump
+from proxy.errors import ConfigError
 from proxy.evaluation import command as evaluation
 from proxy.store import check_store_settings
 from proxy.windows import startup_warnings, table_lines

@@ -31,12 +31,14 @@ from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.base import Dialect, Neutral
 from proxy.dialects.chat_completions import CHAT
-from proxy.errors import InvalidRequest, PayloadTooLarge, SummarizerError
+from proxy.errors import PayloadTooLarge, SummarizerError
+from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.policies import POLICY_HEADER, SWITCH_HEADER, choose_policy
+from proxy.replay import choose_checkpoint, pinned_id
 from proxy.request import ClientRequest, Outgoing
 from proxy.store import Store
-from proxy.summarizer import Summarizer
+from proxy.summarizer import SummarizerFactory
 from proxy.tenancy import (
     Credentials,
     credential_from_headers,
@@ -60,8 +62,6 @@ AHEAD = "summarize-ahead"
 # Bodies larger than this are parsed, planned and encoded in a worker thread. Below it the work
 # takes about a millisecond or two, less than handing it to a thread and back would cost.
 OFFLOAD_BYTES = 1 << 20
-
-SummarizerFactory = Callable[[Credentials | None], Summarizer]
 
 
 async def _work(heavy: bool, function: Callable[..., T], *args: Any) -> T:
@@ -140,6 +140,7 @@ class Compactor:
         metrics: Metrics,
         windows: ModelWindows | None = None,
         calibration: Calibration | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -149,6 +150,7 @@ class Compactor:
         self.metrics = metrics
         self.windows = windows or ModelWindows(settings)
         self.calibration = calibration or Calibration(settings.calibration)
+        self.hooks = hooks or Hooks(counter=counter)
         self._infos: dict[tuple[int, str], ModelInfo] = {}
 
     # --- the request path ---------------------------------------------------------------------
@@ -219,7 +221,7 @@ class Compactor:
             ),
         )
         record = await self.store.load(tenant, conversation_id)
-        current = await _work(heavy, self._plan_deepest, conv, record)
+        current = await _work(heavy, self._plan_deepest, conv, record, pinned_id(headers))
         outcome = None
         wanted = current.summary_request
         if wanted is not None and current.fired and self._must_summarize_now(conv, current):
@@ -236,6 +238,7 @@ class Compactor:
                 conv, wanted, current.applied_checkpoint, fired=bool(current.fired)
             )
         outcome = outcome or _outcome(current, after)
+        current = await self.hooks.before_send(conv, current)
         return await _work(heavy, self._outgoing, conv, current, messages, outcome, after)
 
     def _neutral_of(self, dialect: Dialect, body: dict[str, Any]) -> Neutral | None:
@@ -253,8 +256,20 @@ class Compactor:
             )
         return neutral
 
-    def _plan_deepest(self, conv: Conversation, record: Record | None) -> Plan:
-        return self._plan(conv, find_deepest(record, conv.messages, facts=self.counter.facts))
+    def _plan_deepest(
+        self, conv: Conversation, record: Record | None, pinned: str | None = None
+    ) -> Plan:
+        """The plan with the checkpoint to apply: the deepest, or the one the request pins
+        (``proxy.replay``: applied even before a trigger fires, and read-only)."""
+        ok = self.store.state().state == "ok"
+        checkpoint = choose_checkpoint(
+            record, conv.messages, pinned, store_ok=ok, facts=self.counter.facts
+        )
+        if pinned is None or checkpoint is None or checkpoint.id != pinned:
+            return self._plan(conv, checkpoint)
+        return replace(
+            self._plan(conv, replace(checkpoint, strategy="pinned")), summary_request=None
+        )
 
     def _conversation(
         self,
@@ -281,7 +296,7 @@ class Compactor:
             model=model,
             model_info=self._model_info(model),
             credentials=credentials,
-            messages=strip_agent_summaries(messages),
+            messages=strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt),
             body=body,
             raw=raw,
             heavy=heavy,
@@ -317,50 +332,45 @@ class Compactor:
 
         return observe
 
-    # --- the admin API's entry points ----------------------------------------------------------
+    # --- primitives for the admin API (proxy/admin.py) ---------------------------------------
 
-    def _admin_policy(
-        self, body: dict[str, Any], policy_name: object, tenant: str
-    ) -> tuple[str, PolicySettings]:
-        if policy_name is None:
-            return choose_policy(self.settings, {}, model=body.get("model") or "", tenant=tenant)
-        if not isinstance(policy_name, str) or policy_name not in self.settings.policies:
-            raise InvalidRequest(
-                f"no configured policy named {policy_name!r}", param="policy", code="unknown_policy"
-            )
-        return policy_name, self.settings.policies[policy_name]
-
-    def preview(self, body: dict[str, Any], *, policy_name: object, tenant: str) -> Plan:
-        """A dry run: what the policy would send for these messages, with no stored state."""
-        name, policy = self._admin_policy(body, policy_name, tenant)
-        messages = validate_messages(body["messages"])
-        conv = self._conversation(tenant, "preview", body, messages, name, policy, credentials=None)
-        return self._plan(conv, None)
-
-    async def compact_now(
+    def conversation_of(
         self,
         tenant: str,
         conversation_id: str,
         body: dict[str, Any],
         *,
-        policy_name: object,
+        policy_name: str,
+        policy: PolicySettings,
         credentials: Credentials | None,
-    ) -> tuple[Plan, Checkpoint | None]:
-        """Force a summary of everything but the last interaction, now, and store it."""
-        name, policy = self._admin_policy(body, policy_name, tenant)
+    ) -> Conversation:
+        """The conversation a posted chat body holds (messages validated); reads no state."""
         messages = validate_messages(body["messages"])
-        conv = self._conversation(
-            tenant, conversation_id, body, messages, name, policy, credentials=credentials
+        return self._conversation(
+            tenant, conversation_id, body, messages, policy_name, policy, credentials=credentials
         )
-        checkpoint = find_deepest(
-            await self.store.load(tenant, conversation_id), conv.messages, facts=self.counter.facts
+
+    async def deepest_checkpoint(self, conv: Conversation) -> Checkpoint | None:
+        """The stored checkpoint deepest in this history (one store read)."""
+        return find_deepest(
+            await self.store.load(conv.tenant, conv.conversation_id),
+            conv.messages,
+            facts=self.counter.facts,
         )
-        forced = self._plan(conv, checkpoint, force=True)
-        wanted = forced.summary_request
-        if policy.strategy != "summarize" or wanted is None:
-            return forced, checkpoint
-        made = await self._summarize_inline(conv, forced, wanted, mode="admin")
-        return self._plan(conv, made, force=True), made
+
+    def plan(
+        self, conv: Conversation, checkpoint: Checkpoint | None, *, force: bool = False
+    ) -> Plan:
+        """What the conversation's policy sends with this checkpoint (``force``: a compaction
+        as hard as the rules allow, as for an overflow retry)."""
+        return self._plan(conv, checkpoint, force=force)
+
+    async def summarize(
+        self, conv: Conversation, current: Plan, wanted: SummaryRequest, *, mode: str
+    ) -> Checkpoint:
+        """Make and store the checkpoint ``wanted`` asks for, now (``mode`` labels the metrics).
+        Raises SummarizerError."""
+        return await self._summarize_inline(conv, current, wanted, mode=mode)
 
     def _untouched(self, request: ClientRequest, policy: str | None = None) -> Outgoing:
         return Outgoing(body=request.raw, response_headers=self._off(policy))
@@ -475,11 +485,13 @@ class Compactor:
                     wanted.covered,
                 )
                 parent_id = existing.id
-            summarizer_settings = self.settings.summarizer
+            summarizer_settings = self.settings.summarizer.for_policy(
+                conv.policy, request_model=conv.model
+            )
             started = time.perf_counter()
             try:
                 text = await asyncio.wait_for(
-                    self.summarizer_for(conv.credentials).summarize(
+                    self.summarizer_for(conv.credentials, summarizer_settings).summarize(
                         wanted.messages,
                         previous=wanted.previous,
                         model=summarizer_settings.model,
@@ -511,6 +523,7 @@ class Compactor:
                 dropped_tokens=input_tokens,
             )
             await self.store.add_checkpoint(conv.tenant, conv.conversation_id, checkpoint)
+            self.hooks.summary_made(conv, checkpoint)
             return checkpoint
         finally:
             await self.store.release_lock(conv.tenant, conv.conversation_id, token)

@@ -1,4 +1,4 @@
-"""Typed, validated settings: the YAML contract of DESIGN.md ("The config surface").
+"""Typed, validated settings: the YAML contract (docs/configuration.md, generated from here).
 
 Settings are read once, at start-up, into frozen pydantic models. Every key has a default and a
 description (the configuration reference is generated from them). Errors name the key path and,
@@ -24,18 +24,17 @@ from pydantic import (
 )
 
 from proxy.core.policy import (
+    REQUEST_MODEL,
     ModelInfo,
     PolicySettings,
 )
+from proxy.core.summary_message import check_final_prompt
+from proxy.errors import ConfigError
 from proxy.families import FAMILIES
 
 CONFIG_PATH_ENV = "COMPACTION_PROXY_CONFIG"
 UPSTREAM_URL_ENV = "COMPACTION_PROXY_UPSTREAM_URL"
 UPSTREAM_KEY_ENV = "COMPACTION_PROXY_UPSTREAM_API_KEY"
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the key (and line) at fault."""
 
 
 class _Model(BaseModel):
@@ -143,6 +142,12 @@ class StoreSettings(_Model):
         description="memory://, and the in-process fallback during a Redis outage: "
         "conversations kept (least recently used go).",
     )
+    max_listed_conversations: int = Field(
+        10_000,
+        ge=1,
+        description="Conversations per tenant in the admin listing's index (the least recently "
+        "used drop out of the listing, not out of the store).",
+    )
     encryption_keys: tuple[SecretStr, ...] = Field(
         (),
         description="AES-GCM keys as 'KEYID:BASE64KEY'; the first encrypts, all decrypt. "
@@ -203,7 +208,10 @@ class ConversationSettings(_Model):
 
 
 class SummarizerSettings(_Model):
-    model: str = Field("gpt-4o-mini", description="Model that writes summaries.")
+    model: str = Field(
+        "gpt-4o-mini",
+        description=f"Model that writes summaries; {REQUEST_MODEL}: the model the request names.",
+    )
     base_url: str | None = Field(None, description="Null: the upstream's base_url.")
     api_key: SecretStr | None = Field(
         None, description="Null: the upstream api_key, else the caller's own credential."
@@ -226,12 +234,39 @@ class SummarizerSettings(_Model):
     update_prompt: str | None = Field(
         None, description="Prompt to extend an existing summary; null: built-in."
     )
+    instructions: str | None = Field(
+        None, description="Extra instructions appended to either prompt (a language, a focus)."
+    )
+    final_prompt: str | None = Field(
+        None,
+        description="The text the summary is framed with in the message sent (LangMem's "
+        "final_prompt): {summary} where it goes, some text before it; null: built-in.",
+    )
     background_queue: int = Field(
         256, ge=1, description="Ahead-of-time summaries waiting at most; more are dropped."
     )
     background_concurrency: int = Field(
         4, ge=1, description="Ahead-of-time summaries running at once per process."
     )
+
+    @model_validator(mode="after")
+    def _check_final_prompt(self) -> SummarizerSettings:
+        if self.final_prompt is not None:
+            check_final_prompt(self.final_prompt)
+        return self
+
+    def for_policy(self, policy: PolicySettings, *, request_model: str) -> SummarizerSettings:
+        """These settings with the policy's ``summarizer:`` keys laid over them, and
+        ``$request`` resolved to ``request_model``. A policy that names its own ``base_url``
+        does not inherit the global ``api_key``: a key goes only where it was configured for."""
+        own = policy.summarizer
+        update = {k: v for k, v in own if v is not None}
+        if own.base_url is not None and own.api_key is None:
+            update["api_key"] = None
+        merged = self.model_copy(update=update) if update else self
+        if merged.model == REQUEST_MODEL:
+            merged = merged.model_copy(update={"model": request_model})
+        return merged
 
 
 class RouteMatch(_Model):
@@ -284,6 +319,91 @@ class RecordSettings(_Model):
     )
 
 
+class HookSettings(_Model):
+    """One hook class (docs/operations.md, "Hooks"); any other key of the entry is passed to
+    its constructor as a keyword argument."""
+
+    class_path: str = Field(
+        alias="class",
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="'package.module:ClassName', importable by the proxy.",
+    )
+    timeout_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="Time budget of each call; slower counts as a failure and the request "
+        "goes on as if the hook were absent.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keyword arguments for the class's constructor; any other key of the entry "
+        "is added to them.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        known = {"class", "timeout_seconds", "options"}
+        extra = {k: v for k, v in data.items() if k not in known}
+        if not extra:
+            return data
+        kept = {k: v for k, v in data.items() if k in known}
+        return {**kept, "options": {**dict(data.get("options") or {}), **extra}}
+
+
+class JsonlExport(_Model):
+    path: str = Field(description="File each new summary is appended to, one JSON line each.")
+
+
+class RedisStreamExport(_Model):
+    url: str = Field(description="redis:// or rediss:// URL of the Redis holding the stream.")
+    stream: str = Field("compaction:summaries", description="Stream key (XADD).")
+    maxlen: int = Field(
+        100_000, ge=1, description="Entries kept (XADD MAXLEN ~): the oldest go first."
+    )
+
+    @model_validator(mode="after")
+    def _check_url(self) -> RedisStreamExport:
+        if not self.url.startswith(("redis://", "rediss://")):
+            raise ValueError(f"url must start with redis:// or rediss://; got {self.url!r}")
+        return self
+
+
+class WebhookExport(_Model):
+    url: str = Field(
+        pattern=r"^https?://[^/\s]+", description="http(s) URL each new summary is POSTed to."
+    )
+    secret: SecretStr = Field(
+        description="Key of the HMAC-SHA256 signature of each body, sent in "
+        "X-Compaction-Signature (docs/operations.md shows how to check it)."
+    )
+    timeout_seconds: float = Field(5, gt=0, description="Bound on one POST.")
+    max_attempts: int = Field(
+        6, ge=1, description="Tries per summary (retried on 5xx, 429 and connection errors)."
+    )
+    backoff_seconds: float = Field(
+        0.5, gt=0, description="Wait before the first retry; doubled each retry."
+    )
+    max_backoff_seconds: float = Field(30, gt=0, description="Longest wait between retries.")
+
+
+class ExportSettings(_Model):
+    jsonl: JsonlExport | None = Field(None, description="Append each new summary to a file.")
+    redis_stream: RedisStreamExport | None = Field(
+        None, description="Add each new summary to a Redis Stream."
+    )
+    webhook: WebhookExport | None = Field(
+        None, description="POST each new summary, signed, retried with backoff."
+    )
+    queue: int = Field(
+        1000,
+        ge=1,
+        description="Summaries waiting per sink; more are dropped (and counted), never waited for.",
+    )
+
+
 class Settings(_Model):
     server: ServerSettings = Field(
         default_factory=ServerSettings, description="The proxy's own HTTP server."
@@ -323,11 +443,28 @@ class Settings(_Model):
         default_factory=RecordSettings,
         description="Opt-in recording of chat requests to disk, as transcripts for `eval`.",
     )
+    hooks: tuple[HookSettings, ...] = Field(
+        (),
+        description="Python classes called before a compacted request is sent and after a "
+        'summary is made (docs/operations.md, "Hooks").',
+    )
+    export: ExportSettings = Field(
+        default_factory=ExportSettings,
+        description="Opt-in: each new summary (message content) written to a JSONL file, a "
+        "Redis Stream or a webhook, with its tenant and conversation.",
+    )
 
     @model_validator(mode="after")
     def _check_policies(self) -> Settings:
         if "default" not in self.policies:
             self.policies["default"] = PolicySettings()  # dict is mutable inside a frozen model
+        frame = self.summarizer.final_prompt
+        for name, policy in self.policies.items():
+            # The planner renders the summary with its policy alone: give each policy the
+            # global frame unless it has its own.
+            if frame is not None and policy.summarizer.final_prompt is None:
+                own = policy.summarizer.model_copy(update={"final_prompt": frame})
+                self.policies[name] = policy.model_copy(update={"summarizer": own})
         for i, route in enumerate(self.routes):
             if route.policy not in self.policies:
                 raise ValueError(f"routes[{i}].policy names an unknown policy {route.policy!r}")
@@ -455,7 +592,8 @@ def masked_dump(settings: Settings) -> dict[str, Any]:
         if isinstance(value, SecretStr):
             return "***"
         if isinstance(value, BaseModel):
-            return {k: mask(getattr(value, k)) for k in type(value).model_fields}
+            fields = type(value).model_fields
+            return {f.alias or k: mask(getattr(value, k)) for k, f in fields.items()}
         if isinstance(value, dict):
             return {k: mask(v) for k, v in value.items()}
         if isinstance(value, tuple | list):

@@ -16,7 +16,9 @@
     │   └── UpstreamTimeout         504
     ├── SummarizerError             a summary could not be made (callers fail open)
     ├── StoreError                  the state store failed (callers fail open)
-    └── EvaluationError             ``eval``: a call to the model under test or the judge failed
+    ├── ExportError                 a summary could not be exported (counted, logged; fail open)
+    ├── EvaluationError             ``eval``: a call to the model under test or the judge failed
+    └── ConfigError                 the configuration cannot be used (at startup: the CLI exits 2)
 
 Foreign exceptions (httpx, aiohttp, redis, json) are mapped into this tree at the boundary where
 they occur, with ``raise ... from exc``.
@@ -121,5 +123,15 @@ class StoreError(ProxyError):
     error_type = "store_error"
 
 
+class ExportError(ProxyError):
+    error_type = "export_error"
+
+
 class EvaluationError(ProxyError):
     error_type = "evaluation_error"
+
+
+class ConfigError(ProxyError):
+    """The configuration cannot be used; the message names the key (and line) at fault."""
+
+    error_type = "config_error"

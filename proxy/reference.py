@@ -76,8 +76,11 @@ def _rows(path: str, field: FieldInfo, default: Any, *, top: bool = False) -> It
     item = _model(args[-1] if origin is dict else args[0]) if args else None
     if not top or item is None:
         yield path, _type(annotation, field), _default(field, default), _cell(field.description)
-    if item is not None:  # a map or list of sections: the keys of one entry
-        entry = f"{path}.{_PLACEHOLDERS.get(path, '<name>')}" if origin is dict else f"{path}[]"
+    if item is not None:  # a map or list of sections, or an optional one: the keys of one entry
+        if origin is dict:
+            entry = f"{path}.{_PLACEHOLDERS.get(path, '<name>')}"
+        else:
+            entry = path if origin in (Union, types.UnionType) else f"{path}[]"
         yield from _model_rows(entry, item, None)
 
 
@@ -88,7 +91,7 @@ def _model_rows(path: str, model: type[BaseModel], instance: Any) -> Iterator[Ro
         instance = _try_default(model)
     for name, field in model.model_fields.items():
         default = getattr(instance, name) if instance is not None else _field_default(field)
-        yield from _rows(f"{path}.{name}", field, default)
+        yield from _rows(f"{path}.{field.alias or name}", field, default)
 
 
 def _try_default(model: type[BaseModel]) -> BaseModel | None:

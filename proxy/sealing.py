@@ -20,7 +20,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import SecretStr
 
-from proxy.config import ConfigError
+from proxy.errors import ConfigError
 
 MAGIC = b"\xa5G1"  # never the first bytes of a JSON document, so plain and sealed never mix up
 _NONCE_BYTES = 12

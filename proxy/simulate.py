@@ -23,15 +23,16 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from proxy.config import ConfigError, Settings, load_settings
+from proxy.config import Settings, load_settings
 from proxy.core.messages import calls_text, content_text, validate_messages
 from proxy.core.plan_view import describe_plan
 from proxy.core.planner import Plan, plan
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.core.triggers import compile_conditions
-from proxy.errors import InvalidRequest, SummarizerError
+from proxy.errors import ConfigError, InvalidRequest, SummarizerError
 from proxy.policies import choose_policy
+from proxy.summarizer import summarizer_factory
 from proxy.windows import ModelWindows
 
 DEFAULT_MODEL = "gpt-4o"
@@ -99,17 +100,15 @@ def dry_run(
 
 async def summarize(settings: Settings, run: DryRun, *, authorization: str | None) -> DryRun:
     """The plan with the summary it asks for, written by the configured summarizer."""
-    from proxy.app import summarizer_factory  # the proxy's own rule for URL and credentials
-
     wanted = run.plan.summary_request
     if wanted is None:
         return run
-    own = settings.summarizer
+    own = settings.summarizer.for_policy(run.policy, request_model=run.model)
     # Each call is bounded by the client's timeout (a timeout is a SummarizerError); a long,
     # chunked summary may take several calls, which a user at a terminal can interrupt.
     async with httpx.AsyncClient(timeout=own.timeout_seconds, trust_env=False) as client:
         credentials = {"authorization": authorization} if authorization else None
-        summarizer = summarizer_factory(settings, client, run.counter)(credentials)
+        summarizer = summarizer_factory(settings, client, run.counter)(credentials, own)
         text = await summarizer.summarize(
             wanted.messages,
             previous=wanted.previous,
@@ -145,12 +144,13 @@ def render(run: DryRun, console: Console, *, settings: Settings, summarized: boo
         count = f"{len(touched)} interactions"
         if touched and touched[-1]["messages"][1] > request.covered:
             count += ", the last one up to a tool-round boundary: its user message is sent again"
-        where = settings.summarizer.base_url or settings.upstream.base_url
+        own = settings.summarizer.for_policy(run.policy, request_model=run.model)
+        where = own.base_url or settings.upstream.base_url
         console.print(
             Panel(
                 Text(
                     f"messages {request.start}..{request.covered - 1} ({count}) "
-                    f"would be summarized by {settings.summarizer.model} at {where}. "
+                    f"would be summarized by {own.model} at {where}. "
                     "Run with --summarize to make the summary; until it exists they are sent "
                     "as they are (mode: ahead makes it in the background)."
                 ),

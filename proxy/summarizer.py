@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 import httpx
 
-from proxy.config import SummarizerSettings
+from proxy.config import Settings, SummarizerSettings
 from proxy.core.messages import calls_text, content_text
 from proxy.core.summary_message import BYTES_PER_TOKEN, cap_summary, escape_tags, summary_token_cap
-from proxy.core.tokens import TokenCounter
+from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.errors import SummarizerError
 
 DEFAULT_PROMPT = """You compact long conversations between a user and an AI assistant (often an agent \
@@ -93,6 +93,15 @@ class Summarizer(Protocol):
         model: str,
         max_tokens: int,
     ) -> str: ...
+
+
+class SummarizerFactory(Protocol):
+    """The summarizer for a caller's credential headers (lower-cased names, or None) and, when
+    given, a policy's summarizer settings (``SummarizerSettings.for_policy``)."""
+
+    def __call__(
+        self, caller: Mapping[str, str] | None, own: SummarizerSettings | None = None, /
+    ) -> Summarizer: ...
 
 
 class OpenAISummarizer:
@@ -177,6 +186,8 @@ class OpenAISummarizer:
             instructions = self._settings.update_prompt or DEFAULT_UPDATE_PROMPT
             data = _quote("Existing summary", previous, delim) + "\n\n"
             data += _quote("New turns", chunk, delim)
+        if self._settings.instructions:
+            instructions += "\n\n" + self._settings.instructions
         return await self._complete(instructions, data, delim, model, max_tokens)
 
     async def _densify(self, chunk: str, summary: str, model: str, max_tokens: int) -> str:
@@ -301,3 +312,32 @@ def keep_identifiers(summary: str, sources: Sequence[str]) -> str:
 
 def _entities(text: str) -> set[str]:
     return set(identifiers(text)) | set(_ENTITY.findall(text))
+
+
+def summarizer_factory(
+    settings: Settings, client: httpx.AsyncClient, counter: TokenCounter
+) -> SummarizerFactory:
+    """The proxy's summarizer for each caller and policy. They speak to ``summarizer.base_url``
+    (default: the upstream) with ``summarizer.api_key``, else ``upstream.api_key``, else the
+    caller's own credential headers (Authorization of any scheme, ``api-key``, ``x-api-key``:
+    what the caller sent), the last only when the summarizer is the upstream itself (a caller's
+    key never goes elsewhere). ``own``: a policy's summarizer settings; default: the global."""
+
+    def make(caller: Mapping[str, str] | None, own: SummarizerSettings | None = None) -> Summarizer:
+        own = own or settings.summarizer
+        info = lookup_model(own.model, settings.model_table())
+        if info is not None and info.context_window < own.max_input_tokens:
+            # A call can never take more than the summarizer model's own window: chunk to fit.
+            own = own.model_copy(update={"max_input_tokens": info.context_window})
+        key = own.api_key or (settings.upstream.api_key if own.base_url is None else None)
+        fixed = {"authorization": f"Bearer {key.get_secret_value()}"} if key is not None else None
+        credentials = fixed or (caller if own.base_url is None else None)
+        return OpenAISummarizer(
+            client,
+            base_url=own.base_url or settings.upstream.base_url,
+            credentials=credentials,
+            settings=own,
+            counter=counter,
+        )
+
+    return make

@@ -156,6 +156,10 @@ class Tenancy:
         """The key prefix of one tenant's records (for the admin listing)."""
         return f"{KEY_PREFIX}:r:{self._mac('tenant-tag', tenant)[:16]}:"
 
+    def index_key(self, tenant: str) -> str:
+        """The tenant's listing index: a sorted set of its record keys by last use."""
+        return f"{KEY_PREFIX}:i:{self._mac('tenant-tag', tenant)[:16]}"
+
     def owner(self, tenant: str, conversation_id: str) -> str:
         """The fingerprint a record of this tenant and conversation must carry."""
         return self._mac("owner", tenant, conversation_id)

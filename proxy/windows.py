@@ -54,8 +54,6 @@ MAX_ERROR_BYTES = 1 << 20
 # A window outside this range is a misread, not a model.
 MIN_WINDOW, MAX_WINDOW = 16, 100_000_000
 
-SOURCES = ("config", "learned", "discovered", "built-in", "unknown")
-
 # Keys of a /models entry that state a window, as servers spell them.
 _ENTRY_KEYS = ("max_model_len", "context_length", "context_window", "max_context_length")
 _NESTED_KEYS = (

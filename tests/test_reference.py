@@ -28,5 +28,5 @@ def test_reference_names_bounds_and_choices() -> None:
     text = render()
     assert "| `server.port` | integer, >= 0, <= 65535 | `8080` |" in text
     assert "`summarize` \\| `neuralyze` \\| `trim` \\| `off`" in text
-    assert "| `policies.<name>.keep.interactions` | integer or null, >= 1 | `2` |" in text
+    assert "| `policies.<name>.keep.interactions` | integer or null, >= 0 | `2` |" in text
     assert "| `routes[].policy` | string | required |" in text

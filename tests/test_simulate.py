@@ -236,3 +236,26 @@ def test_simulate_says_when_a_fired_trigger_is_blocked(
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())  # rich wraps long lines
     assert "FIRED, blocked" in out and "X-Compaction: blocked" in out
+
+
+def test_simulate_summarize_uses_the_policys_own_summarizer(files: tuple[Path, Path]) -> None:
+    conversation, _ = files
+    upstream = MockUpstream()
+    upstream.push(json_reply(completion("The coupon was moved before rounding.")))
+    with ThreadedUvicorn(upstream) as server:
+        config = conversation.with_name("own.yaml")
+        config.write_text(
+            f"upstream: {{base_url: '{server.url}/v1', api_key: sk-test-key}}\n"
+            "summarizer: {model: summary-model}\n"
+            + CONFIG.replace(
+                "keep: {interactions: 1}",
+                "keep: {interactions: 1}\n    summarizer: {model: $request, prompt: OWN-PROMPT}",
+            )
+        )
+        shown = run_cli(str(conversation), "--config", str(config))
+        result = run_cli(str(conversation), "--config", str(config), "--summarize")
+    assert "would be summarized by gpt-4o at" in shown.stdout
+    assert result.returncode == 0, result.stderr
+    (call,) = upstream.chat_requests()
+    assert call.json()["model"] == "gpt-4o"  # $request: the conversation's own model
+    assert call.json()["messages"][0]["content"].startswith("OWN-PROMPT")

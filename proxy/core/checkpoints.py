@@ -3,8 +3,8 @@
 A checkpoint stands for ``messages[:covered]`` of a conversation (preamble included in the count).
 It carries a hash chain over exactly those messages, so a request applies a checkpoint only when
 its own prefix hashes to the same chain: an edited, regenerated or forked history never receives a
-summary of turns it does not have, and a fork that shares the prefix reuses it (DESIGN.md,
-"State: a cache of summaries, safe against forks").
+summary of turns it does not have, and a fork that shares the prefix reuses it
+(docs/architecture.md, "State: checkpoints, safe against forks").
 
 A conversation's *record* holds its newest checkpoints first, bounded in number, plus the owner
 fingerprint that the store checks on every read (see ``proxy.tenancy``). This module is pure: no
@@ -53,6 +53,10 @@ DIALECT_FIELD = "_hash"
 _SEED = hashlib.sha256(b"compaction-proxy/chain/v4").digest()
 
 RECORD_VERSION = 1
+
+# The strategy of a summary an operator wrote (``proxy.core.history``): a child of the checkpoint
+# it corrects, over the same messages.
+EDITED = "edited"
 
 Message = Mapping[str, Any]
 
@@ -165,9 +169,16 @@ class Record:
     checkpoints: tuple[Checkpoint, ...] = ()
     conversation_id: str = ""
     updated_at: float = 0.0
+    # Checkpoints an operator set aside by restoring an older one (``proxy.core.history``): kept
+    # in the history, never applied or extended by a request that does not pin them.
+    retired: frozenset[str] = frozenset()
 
     def get(self, checkpoint_id: str) -> Checkpoint | None:
         return next((c for c in self.checkpoints if c.id == checkpoint_id), None)
+
+    def active(self) -> Iterator[Checkpoint]:
+        """The checkpoints a request may apply, newest first."""
+        return (c for c in self.checkpoints if c.id not in self.retired)
 
     @property
     def depth(self) -> int:
@@ -178,7 +189,8 @@ class Record:
 def find_deepest(
     record: Record | None, messages: Sequence[Message], *, facts: FactCache | None = None
 ) -> Checkpoint | None:
-    """The deepest checkpoint whose chain equals the chain of the same prefix of ``messages``.
+    """The deepest active checkpoint whose chain equals the chain of the same prefix of
+    ``messages``.
 
     The prefix is hashed once, incrementally, only as far as the deepest candidate; ``facts``
     caches each message's digest (a history seen before costs a lookup a message). Among
@@ -187,7 +199,7 @@ def find_deepest(
     if record is None:
         return None
     wanted: dict[int, list[Checkpoint]] = {}
-    for cp in record.checkpoints:
+    for cp in record.active():
         if 0 < cp.covered <= len(messages):
             wanted.setdefault(cp.covered, []).append(cp)
     if not wanted:
@@ -217,23 +229,39 @@ def extend(
 
     The conditional-write rule (issue 4): a checkpoint is written only if it extends what is
     stored: the record is empty, its parent is still present, or it covers more than anything
-    stored. A checkpoint already present returns the record unchanged (an idempotent retry).
+    stored. A checkpoint already present returns the record unchanged (an idempotent retry); one
+    whose parent an operator retired or corrected meanwhile is refused (it was summarized from a
+    set-aside branch or from the text the operator replaced).
     Everything else already stored is kept, newest first, up to ``max_checkpoints``.
     """
+    retired: frozenset[str] = frozenset()
     if record is None or not record.checkpoints:
         kept: tuple[Checkpoint, ...] = ()
     else:
         if record.get(checkpoint.id) is not None:
             return record
+        if checkpoint.parent_id in record.retired or _corrected(record, checkpoint.parent_id):
+            return None
         parent_present = checkpoint.parent_id is not None and record.get(checkpoint.parent_id)
         if not parent_present and checkpoint.covered <= record.depth:
             return None
         kept = record.checkpoints
+        retired = record.retired
+    checkpoints = (checkpoint, *kept)[:max_checkpoints]
     return Record(
         owner=owner,
-        checkpoints=(checkpoint, *kept)[:max_checkpoints],
+        checkpoints=checkpoints,
         conversation_id=conversation_id,
         updated_at=time.time() if now is None else now,
+        retired=retired & {c.id for c in checkpoints},
+    )
+
+
+def _corrected(record: Record, checkpoint_id: str | None) -> bool:
+    """An operator corrected ``checkpoint_id``: an active correction of it is stored."""
+    parent = record.get(checkpoint_id) if checkpoint_id is not None else None
+    return parent is not None and any(
+        c.parent_id == parent.id and c.strategy == EDITED for c in record.active()
     )
 
 
@@ -265,6 +293,9 @@ def encode_record(record: Record) -> bytes:
             {k: getattr(cp, k) for k in _CHECKPOINT_FIELDS} for cp in record.checkpoints
         ],
     }
+    retired = sorted(c.id for c in record.checkpoints if c.id in record.retired)
+    if retired:  # absent unless an operator restored: a record without it reads as before
+        data["retired"] = retired
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -292,9 +323,13 @@ def decode_record(raw: bytes) -> Record:
         checkpoints.append(
             Checkpoint(**{k: _checked(item, k, t) for k, t in _CHECKPOINT_FIELDS.items()})
         )
+    retired = data.get("retired", [])
+    if not isinstance(retired, list) or not all(isinstance(i, str) for i in retired):
+        raise RecordError("field 'retired' has the wrong type")
     return Record(
         owner=_checked(data, "owner", (str,)),
         checkpoints=tuple(checkpoints),
         conversation_id=_checked(data, "conversation_id", (str,)),
         updated_at=float(_checked(data, "updated_at", (int, float))),
+        retired=frozenset(retired),
     )

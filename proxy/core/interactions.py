@@ -1,6 +1,6 @@
 """Grouping a message list into a preamble and interactions, and where it may be cut.
 
-DESIGN.md ("Interactions"): the preamble is the leading run of system/developer messages; an
+docs/policies.md ("Interactions"): the preamble is the leading run of system/developer messages; an
 interaction is one user message plus every message after it up to the next user message;
 messages before the first user message that are not system form interaction 0. A system
 message in the middle of the conversation belongs to the interaction it sits in, so the
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from proxy.core.messages import tool_call_ids
@@ -60,11 +61,6 @@ class Grouping:
     def start_of(self, k: int) -> int:
         """Message index where interaction k starts (``total`` when k is past the end)."""
         return self.starts[k] if k < len(self.starts) else self.total
-
-    def index_of(self, message_index: int) -> int | None:
-        """The interaction that starts exactly at ``message_index``, if any."""
-        k = bisect_left(self.starts, message_index)
-        return k if k < len(self.starts) and self.starts[k] == message_index else None
 
     def interaction_at(self, message_index: int) -> int:
         """The interaction holding ``message_index`` (-1 inside the preamble)."""
@@ -164,9 +160,13 @@ def _safe_cuts(messages: list[dict[str, Any]], starts: list[int]) -> tuple[bool,
     return tuple(safe)
 
 
-def strip_agent_summaries(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def strip_agent_summaries(
+    messages: list[dict[str, Any]], *, final_prompt: str | None = None
+) -> list[dict[str, Any]]:
     """Drop summaries this proxy injected that a client echoed back, so two never stack; a
-    client's own message using the tag is left alone (``is_agent_summary``)."""
-    if not any(m.get("role") == "system" and is_agent_summary(m) for m in messages):
+    client's own message using the tag is left alone (``is_agent_summary``; ``final_prompt``:
+    the policy's own frame, recognised as well as the built-in one)."""
+    ours = partial(is_agent_summary, final_prompt=final_prompt)
+    if not any(m.get("role") == "system" and ours(m) for m in messages):
         return messages
-    return [m for m in messages if not is_agent_summary(m)]
+    return [m for m in messages if not ours(m)]

@@ -1,6 +1,8 @@
 """Keep: how much recent context stays verbatim, as the cut point where the verbatim part starts.
 
-- ``interactions: N``: the last N interactions, whole.
+- ``interactions: N``: the last N interactions, whole. ``interactions: 0`` keeps nothing older
+  than the current task: the cut is the deepest safe one (``Grouping.last_cut``), so only the
+  latest user message and the newest tool round stay verbatim.
 - ``messages: N``: walking backwards over cut points (interaction starts and tool-round
   boundaries), the fewest messages holding at least N (never fewer than asked).
 - ``tokens: N``: walking backwards over cut points while the kept part fits in N tokens.
@@ -41,7 +43,9 @@ def first_kept(
     budget = keep.tokens or (
         int(keep.fraction * context_window) if context_window and keep.fraction else 0
     )
-    if keep.interactions or (keep.fraction and not context_window):
+    if keep.interactions == 0:
+        cut = deepest
+    elif keep.interactions or (keep.fraction and not context_window):
         k = n - (keep.interactions or FALLBACK_INTERACTIONS)
         cut = grouping.start_of(grouping.safe_at_or_before(min(max(k, 0), n - 1)))
     elif keep.messages:

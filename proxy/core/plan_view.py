@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.core import history
 from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.planner import Plan
 
@@ -85,8 +86,16 @@ def describe_checkpoint(checkpoint: Checkpoint, *, include_summary: bool = True)
 
 
 def describe_record(record: Record) -> dict[str, Any]:
+    """Every stored checkpoint, newest (or last restored) first; ``current`` is the one an
+    operator edits by default and ``retired`` marks those a restore set aside
+    (``proxy.core.history``)."""
+    current = history.current(record)
     return {
         "conversation_id": record.conversation_id,
         "updated_at": record.updated_at,
-        "checkpoints": [describe_checkpoint(c) for c in record.checkpoints],
+        "current": None if current is None else current.id,
+        "checkpoints": [
+            {**describe_checkpoint(c), "retired": c.id in record.retired}
+            for c in record.checkpoints
+        ],
     }

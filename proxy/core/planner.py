@@ -1,13 +1,14 @@
 """The planner: messages + policy + state in, the exact messages to send out. Pure, synchronous.
 
-Stages, in order (DESIGN.md "Triggers, keep, strategies"):
+Stages, in order (docs/policies.md "The building blocks"; docs/architecture.md "The planner"):
 
 1. Incoming ``<agent_summary>`` messages are stripped; the rest is grouped into interactions.
 2. ``clear_tool_results``: tool results older than N interactions or N tool rounds, larger than
    ``min_tokens``, are replaced by a short stub (same ``tool_call_id``, so pairs stay whole)
    before any decision.
 3. Triggers are measured on the prompt as it would be sent without a new summary.
-4. The strategy:
+4. The strategy, one small function each (``_STRATEGIES``), all starting from the measured
+   conversation (``_Measured``) and answering what to send (``_Decision``):
    - ``summarize``: a prior summary (a checkpoint the store matched) is applied once the
      uncompacted conversation crosses a trigger; from then on the triggers are measured on
      "preamble + summary + newer turns", so a new summary is asked for only when *that* grows
@@ -36,6 +37,7 @@ provider's prompt cache warm).
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -128,11 +130,6 @@ class Plan:
         """A trigger fired but nothing is cut and no summary can be asked for."""
         return bool(self.fired) and not self.changed and self.summary_request is None
 
-    @property
-    def dropped(self) -> range:
-        """Source indexes not sent at all and not covered by the applied or new summary."""
-        return range(self.cut, self.kept_from)
-
     def with_summary(
         self, text: str, covered: int | None = None, *, checkpoint_id: str | None = None
     ) -> Plan:
@@ -149,7 +146,11 @@ class Plan:
             raise ValueError(f"covered={covered} is not a safe cut point")
         head = [
             *ctx.working[: self.grouping.preamble_len],
-            render_summary_message(text, max_chars=ctx.summary_max_chars),
+            render_summary_message(
+                text,
+                max_chars=ctx.summary_max_chars,
+                final_prompt=ctx.policy.summarizer.final_prompt,
+            ),
         ]
         messages, kept_from, task, tokens = _assemble(ctx, self.grouping, head, covered)
         return replace(
@@ -184,7 +185,11 @@ def plan(
     as leave room for the summary; when it is the only one left, its task and newest round),
     and the budget is applied like ``window_tokens``."""
     # off is fully transparent: not even a client's echoed summary is touched.
-    source = messages if policy.strategy == "off" else strip_agent_summaries(messages)
+    source = (
+        messages
+        if policy.strategy == "off"
+        else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
+    )
     grouping = group(source)
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.per_message(source, model)
@@ -215,96 +220,175 @@ def plan(
             **base,
         )
 
-    window = model_info.context_window if model_info else None
     budgets = [b for b in (policy.window_tokens, budget_tokens) if b > 0]
     ctx = _Context(
         policy, model, counter, working, counts, fixed, min(budgets, default=0), summary_max_chars
     )
-
-    def verdict(since: int, head: list[dict[str, Any]]) -> Verdict:
-        task = grouping.task_before(since)
-        found = measure(
-            working,
-            counts,
-            grouping,
-            policy.trigger,
-            since=since,
-            tokens=sum(counter.per_message(head, model))
-            + kept_tokens(grouping, counts, since)
-            + fixed,
-            sent_messages=len(head) + (task is not None) + len(working) - since,
-            context_window=window,
-        )
-        result = evaluate(policy.trigger, found, soft_fraction=policy.soft_fraction)
-        if force:
-            result = Verdict((*result.fired, FORCED), (*result.near, FORCED))
-        return result
-
-    head = working[:preamble]
-    raw = verdict(preamble, head)
-    floor = preamble
-    applied: PriorSummary | None = None
-    current = raw
-    head_with: list[dict[str, Any]] | None = None  # a prior that would not save anything
-    prior_cut = _prior_cut(prior, grouping) if policy.strategy == "summarize" else None
-    if prior is not None and prior_cut is not None:
-        summary = render_summary_message(prior.text, max_chars=summary_max_chars)
-        head_with = [*head, summary]
-        with_prior = verdict(prior_cut, head_with)
-        floor = prior_cut
-        if raw.fired or prior.active:  # past a trigger, or compacted already: it applies ...
-            if _smaller(ctx, grouping, head_with, prior_cut):  # ... when it saves something
-                applied, head, current = prior, head_with, with_prior
-                head_with = None
-        else:
-            head_with = None
-            current = with_prior  # waiting for its trigger: it already covers what it covers
-
-    if force:
-        cut = grouping.start_of(grouping.safe_at_or_before(len(grouping) - 1))
-        if ctx.budget:  # the newest rounds that leave room for the summary
-            room = int(ctx.budget * RESCUE_VERBATIM_SHARE) - sum(counts[:preamble]) - fixed
-            cut = _cut_deeper(grouping, counts, max(cut, floor), room)
-        elif cut <= floor:  # one long interaction: everything but its task and newest round
-            cut = grouping.last_cut()
-    else:
-        cut = first_kept(grouping, counts, policy.keep, context_window=window, floor=floor)
-        if policy.strategy != "trim" and _counts_whole_turns(policy, window):
-            # The next summary will be about as long as the one applied now, if any.
-            summary_tokens = sum(counter.per_message(head[preamble:], model))
-            cut = _deeper_for_triggers(
-                ctx, grouping, cut, current, window, summary_tokens=summary_tokens
-            )
-    cut = max(cut, floor)
-    summary_request = None
-    render_at = prior_cut if applied is not None and prior_cut is not None else preamble
-    if policy.strategy == "summarize":
-        start = prior_cut if prior is not None and prior_cut is not None else preamble
-        # After a summary that was not smaller than its turns, the next one (about as long,
-        # since it extends it) is asked for only once it can be: not on every turn.
-        worth = head_with is None or _smaller(ctx, grouping, head_with, cut)
-        if current.near and cut > start and worth:
-            previous = prior.text if prior is not None and prior_cut is not None else None
-            summary_request = SummaryRequest(tuple(source[start:cut]), previous, start, cut)
-    elif policy.strategy == "trim" or current.fired:  # trim always; neuralyze when fired
-        render_at = cut
-        if policy.strategy == "neuralyze" and policy.neuralyze_notice and cut > preamble:
-            head = [*head, {"role": "system", "content": policy.neuralyze_notice}]
-    sent, kept_from, task, tokens_after = _assemble(ctx, grouping, head, render_at)
+    window = model_info.context_window if model_info else None
+    decision = _STRATEGIES[policy.strategy](_Measured(ctx, source, grouping, window, force), prior)
+    sent, kept_from, task, tokens_after = _assemble(
+        ctx, grouping, decision.head, decision.render_at
+    )
+    applied = decision.applied
     return Plan(
         messages=sent,
-        fired=current.fired,
-        near=current.near,
+        fired=decision.current.fired,
+        near=decision.current.near,
         tokens_after=tokens_after,
         applied_checkpoint=applied.checkpoint_id if applied else None,
-        cut=render_at,
+        cut=decision.render_at,
         kept_from=kept_from,
-        summary_request=summary_request,
+        summary_request=decision.summary_request,
         summary_text=applied.text if applied else None,
         task=task,
         _context=ctx,
         **base,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """What every strategy starts from: the cleaned, grouped and counted conversation."""
+
+    ctx: _Context
+    source: list[dict[str, Any]]  # before tool results were cleared: what a summary reads
+    grouping: Grouping
+    window: int | None  # the model's context window, when known
+    force: bool  # an overflow retry: compact as hard as the rules allow
+
+    @property
+    def preamble(self) -> list[dict[str, Any]]:
+        return self.ctx.working[: self.grouping.preamble_len]
+
+    def verdict(self, since: int, head: list[dict[str, Any]]) -> Verdict:
+        """The triggers, measured on ``head`` + the task message (when ``since`` falls inside
+        its interaction) + working[since:]: the prompt as it would be sent."""
+        ctx, grouping = self.ctx, self.grouping
+        task = grouping.task_before(since)
+        found = measure(
+            ctx.working,
+            ctx.counts,
+            grouping,
+            ctx.policy.trigger,
+            since=since,
+            tokens=sum(ctx.counter.per_message(head, ctx.model))
+            + kept_tokens(grouping, ctx.counts, since)
+            + ctx.fixed_tokens,
+            sent_messages=len(head) + (task is not None) + len(ctx.working) - since,
+            context_window=self.window,
+        )
+        result = evaluate(ctx.policy.trigger, found, soft_fraction=ctx.policy.soft_fraction)
+        if self.force:
+            result = Verdict((*result.fired, FORCED), (*result.near, FORCED))
+        return result
+
+    def cut(self, floor: int, current: Verdict, head: list[dict[str, Any]], *, deeper: bool) -> int:
+        """Where the verbatim part starts (never before ``floor``): what ``keep`` allows, moved
+        deeper for one long agent run when ``deeper``; on a forced retry, the last interaction
+        (or, with a budget, its newest rounds that leave room for the summary)."""
+        ctx, grouping = self.ctx, self.grouping
+        preamble = grouping.preamble_len
+        if self.force:
+            cut = grouping.start_of(grouping.safe_at_or_before(len(grouping) - 1))
+            if ctx.budget:  # the newest rounds that leave room for the summary
+                room = int(ctx.budget * RESCUE_VERBATIM_SHARE) - sum(ctx.counts[:preamble])
+                room -= ctx.fixed_tokens
+                cut = _cut_deeper(grouping, ctx.counts, max(cut, floor), room)
+            elif cut <= floor:  # one long interaction: everything but its task and newest round
+                cut = grouping.last_cut()
+        else:
+            cut = first_kept(
+                grouping, ctx.counts, ctx.policy.keep, context_window=self.window, floor=floor
+            )
+            if deeper and _counts_whole_turns(ctx.policy, self.window):
+                # The next summary will be about as long as the one applied now, if any.
+                summary_tokens = sum(ctx.counter.per_message(head[preamble:], ctx.model))
+                cut = _deeper_for_triggers(
+                    ctx, grouping, cut, current, self.window, summary_tokens=summary_tokens
+                )
+        return max(cut, floor)
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """A strategy's answer: send ``head`` + working[render_at:] (then the hard budget)."""
+
+    head: list[dict[str, Any]]
+    render_at: int
+    current: Verdict  # the triggers as measured on what is sent
+    applied: PriorSummary | None = None
+    summary_request: SummaryRequest | None = None
+
+
+def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
+    """Apply the prior summary when it is due and saves something; ask for the next one when a
+    trigger is near. Nothing is dropped here: the plan stays sendable as it is."""
+    grouping = m.grouping
+    preamble = grouping.preamble_len
+    head = m.preamble
+    raw = m.verdict(preamble, head)
+    floor = preamble
+    applied: PriorSummary | None = None
+    current = raw
+    head_with: list[dict[str, Any]] | None = None  # a prior that would not save anything
+    prior_cut = _prior_cut(prior, grouping)
+    if prior is not None and prior_cut is not None:
+        summary = render_summary_message(
+            prior.text,
+            max_chars=m.ctx.summary_max_chars,
+            final_prompt=m.ctx.policy.summarizer.final_prompt,
+        )
+        head_with = [*head, summary]
+        with_prior = m.verdict(prior_cut, head_with)
+        floor = prior_cut
+        if raw.fired or prior.active:  # past a trigger, or compacted already: it applies ...
+            if _smaller(m.ctx, grouping, head_with, prior_cut):  # ... when it saves something
+                applied, head, current = prior, head_with, with_prior
+                head_with = None
+        else:
+            head_with = None
+            current = with_prior  # waiting for its trigger: it already covers what it covers
+    cut = m.cut(floor, current, head, deeper=True)
+    summary_request = None
+    start = prior_cut if prior is not None and prior_cut is not None else preamble
+    # After a summary that was not smaller than its turns, the next one (about as long, since
+    # it extends it) is asked for only once it can be: not on every turn.
+    worth = head_with is None or _smaller(m.ctx, grouping, head_with, cut)
+    if current.near and cut > start and worth:
+        previous = prior.text if prior is not None and prior_cut is not None else None
+        summary_request = SummaryRequest(tuple(m.source[start:cut]), previous, start, cut)
+    render_at = prior_cut if applied is not None and prior_cut is not None else preamble
+    return _Decision(head, render_at, current, applied, summary_request)
+
+
+def _neuralyze(m: _Measured, prior: PriorSummary | None) -> _Decision:
+    """When a trigger fires, drop the old interactions (with the policy's notice, if any)."""
+    preamble = m.grouping.preamble_len
+    head = m.preamble
+    current = m.verdict(preamble, head)
+    if not current.fired:
+        return _Decision(head, preamble, current)
+    cut = m.cut(preamble, current, head, deeper=True)
+    notice = m.ctx.policy.neuralyze_notice
+    if notice and cut > preamble:
+        head = [*head, {"role": "system", "content": notice}]
+    return _Decision(head, cut, current)
+
+
+def _trim(m: _Measured, prior: PriorSummary | None) -> _Decision:
+    """Always keep only the newest interactions ``keep`` allows; triggers are only reported."""
+    preamble = m.grouping.preamble_len
+    head = m.preamble
+    current = m.verdict(preamble, head)
+    return _Decision(head, m.cut(preamble, current, head, deeper=False), current)
+
+
+# ``off`` is not here: it never measures, cuts or renders anything (see ``plan``).
+_STRATEGIES: dict[str, Callable[[_Measured, PriorSummary | None], _Decision]] = {
+    "summarize": _summarize,
+    "neuralyze": _neuralyze,
+    "trim": _trim,
+}
 
 
 def _prior_cut(prior: PriorSummary | None, grouping: Grouping) -> int | None:

@@ -10,9 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from proxy.core.conditions import Condition
+from proxy.core.summary_message import check_final_prompt
 
 
 class PolicyModel(BaseModel):
@@ -67,9 +68,15 @@ class TriggerSettings(PolicyModel):
 
 
 class KeepSettings(PolicyModel):
-    """How much recent context stays verbatim: exactly one of the four."""
+    """How much recent context stays verbatim: exactly one of the four.
 
-    interactions: int | None = Field(None, ge=1, description="Keep the last N interactions.")
+    ``interactions: 0`` keeps nothing older than the current task: only the latest user message
+    and, in an agent run, its newest tool round stay verbatim (the one spelling of "keep nothing";
+    ``messages``/``tokens`` of 0 are refused with a pointer to it)."""
+
+    interactions: int | None = Field(
+        None, ge=0, description="Keep the last N interactions; 0 keeps only the current task."
+    )
     messages: int | None = Field(
         None, ge=1, description="Keep at least N messages (rounded up to a safe cut point)."
     )
@@ -87,9 +94,25 @@ class KeepSettings(PolicyModel):
             return {"interactions": 2}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling_of_nothing(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key in ("messages", "tokens", "fraction"):
+                if data.get(key) == 0 and not isinstance(data.get(key), bool):
+                    raise ValueError(
+                        f"{key}: 0 is not a keep; to keep only the current task verbatim, "
+                        "write keep: {interactions: 0}"
+                    )
+        return data
+
     @model_validator(mode="after")
     def _exactly_one(self) -> KeepSettings:
-        chosen = [k for k in ("interactions", "messages", "tokens", "fraction") if getattr(self, k)]
+        chosen = [
+            k
+            for k in ("interactions", "messages", "tokens", "fraction")
+            if getattr(self, k) is not None
+        ]
         if len(chosen) != 1:
             raise ValueError(
                 f"set exactly one of interactions, messages, tokens, fraction; got {chosen}"
@@ -107,6 +130,50 @@ class ClearToolResultsSettings(PolicyModel):
         "long task (0 = off); either age clears.",
     )
     min_tokens: NonNegativeInt = Field(0, description="Only stub results larger than N tokens.")
+
+
+# ``summarizer.model: $request``: summarize with the model the request itself names.
+REQUEST_MODEL = "$request"
+_INHERIT = " Null: the global summarizer's."
+
+
+class PolicySummarizer(PolicyModel):
+    """A policy's own summarizer: each key set here replaces the global ``summarizer:``'s."""
+
+    model: str | None = Field(
+        None, description=f"Model that writes summaries; {REQUEST_MODEL}: the request's.{_INHERIT}"
+    )
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL." + _INHERIT)
+    api_key: SecretStr | None = Field(None, description="Key for base_url." + _INHERIT)
+    timeout_seconds: float | None = Field(
+        None, gt=0, description="Bound on one summary." + _INHERIT
+    )
+    max_summary_tokens: int | None = Field(
+        None, gt=0, description="max_tokens of a summary call." + _INHERIT
+    )
+    max_input_tokens: int | None = Field(
+        None, gt=0, description="Largest transcript one call may take." + _INHERIT
+    )
+    cod_max_loops: int | None = Field(
+        None, ge=0, description="Chain-of-Density refinement passes (0 = off)." + _INHERIT
+    )
+    prompt: str | None = Field(None, description="Prompt for a first summary." + _INHERIT)
+    update_prompt: str | None = Field(
+        None, description="Prompt to extend an existing summary." + _INHERIT
+    )
+    instructions: str | None = Field(
+        None, description="Extra instructions appended to either prompt." + _INHERIT
+    )
+    final_prompt: str | None = Field(
+        None,
+        description="The text the summary is framed with in the message sent (LangMem's "
+        "final_prompt), {summary} where it goes, some text before it." + _INHERIT,
+    )
+
+    @field_validator("final_prompt")
+    @classmethod
+    def _check_final_prompt(cls, value: str | None) -> str | None:
+        return None if value is None else check_final_prompt(value)
 
 
 class PolicySettings(PolicyModel):
@@ -134,6 +201,10 @@ class PolicySettings(PolicyModel):
     window_tokens: NonNegativeInt = Field(0, description="Final hard token budget (0 = none).")
     neuralyze_notice: str | None = Field(
         None, description="neuralyze: an optional fixed notice put where old turns were dropped."
+    )
+    summarizer: PolicySummarizer = Field(
+        default_factory=PolicySummarizer,
+        description="This policy's summarizer: keys set here override the global summarizer's.",
     )
 
     @field_validator("strategy", mode="before")

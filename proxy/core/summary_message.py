@@ -60,8 +60,26 @@ FRAME = (
 )
 
 
-# What every summary this proxy renders starts with: the marker that tells ours from a client's.
-_OWN_PREFIX = f"{OPEN_TAG}\n{FRAME}"
+# A policy may frame the summary its own way (``summarizer.final_prompt``, LangMem's name): the
+# text around the summary, with this placeholder where it goes.
+PLACEHOLDER = "{summary}"
+DEFAULT_FINAL_PROMPT = f"{FRAME}\n\n{PLACEHOLDER}"
+
+
+def check_final_prompt(template: str) -> str:
+    """``template`` if usable: one placeholder, after some text. That leading text is how the
+    proxy tells its own summary, echoed back by a client, from a client's message (issue 9)."""
+    if template.count(PLACEHOLDER) != 1:
+        raise ValueError(f"must contain {PLACEHOLDER} exactly once")
+    if not template.split(PLACEHOLDER)[0].strip():
+        raise ValueError(f"must start with some text before {PLACEHOLDER}")
+    return template
+
+
+def _own_prefix(final_prompt: str | None) -> str:
+    """What every summary rendered with ``final_prompt`` starts with."""
+    frame = escape_tags(final_prompt or DEFAULT_FINAL_PROMPT)
+    return f"{OPEN_TAG}\n" + frame.split(PLACEHOLDER)[0].rstrip()
 
 
 def escape_tags(text: str) -> str:
@@ -69,20 +87,30 @@ def escape_tags(text: str) -> str:
     return TAG_PATTERN.sub(lambda m: "&lt;" + m.group(0)[1:], text)
 
 
-def render_summary_message(text: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> dict[str, Any]:
-    """The system message standing for summarized turns: exactly one opening and closing tag."""
+def render_summary_message(
+    text: str, *, max_chars: int = DEFAULT_MAX_CHARS, final_prompt: str | None = None
+) -> dict[str, Any]:
+    """The system message standing for summarized turns: exactly one opening and closing tag,
+    the summary framed by ``final_prompt`` (null: the built-in frame)."""
     body = escape_tags(text.strip())
     if len(body) > max_chars:
         body = body[: max_chars - len(_TRUNCATED)] + _TRUNCATED
-    return {"role": "system", "content": f"{OPEN_TAG}\n{FRAME}\n\n{body}\n{CLOSE_TAG}"}
+    frame = escape_tags(final_prompt or DEFAULT_FINAL_PROMPT)  # config, but still no second tag
+    content = frame.replace(PLACEHOLDER, body, 1)
+    return {"role": "system", "content": f"{OPEN_TAG}\n{content}\n{CLOSE_TAG}"}
 
 
-def is_agent_summary(message: dict[str, Any]) -> bool:
+def is_agent_summary(message: dict[str, Any], *, final_prompt: str | None = None) -> bool:
     """A system message this proxy injected (echoed back by a client): wrapped in the tags from
-    start to end *and* opening with our own frame. A client's own message that merely uses the
-    tag (``<agent_summary>x</agent_summary>``) is its content and is never dropped (issue 9)."""
+    start to end *and* opening with our own frame (the built-in one, or ``final_prompt``'s). A
+    client's own message that merely uses the tag (``<agent_summary>x</agent_summary>``) is its
+    content and is never dropped (issue 9)."""
     content = message.get("content")
     if message.get("role") != "system" or not isinstance(content, str):
         return False
     content = content.strip()
-    return content.startswith(_OWN_PREFIX) and content.endswith(CLOSE_TAG)
+    if not content.endswith(CLOSE_TAG):
+        return False
+    return content.startswith(_own_prefix(None)) or (
+        final_prompt is not None and content.startswith(_own_prefix(final_prompt))
+    )

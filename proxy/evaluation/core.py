@@ -1,7 +1,7 @@
 """What the evaluation takes from the proxy, in one place.
 
-The compaction core will move (to ``proxy/core/``); keeping every import of it here makes that
-move one edit for this package. Only public entry points are used: the app as a whole (so a
+Keeping every import of the proxy (its core in ``proxy/core/``) here makes a move of any of it
+one edit for this package. Only public entry points are used: the app as a whole (so a
 replay goes through the real planner, store and summarizer), the token counter, and the
 summarizer's identifier finder.
 """
@@ -9,10 +9,11 @@ summarizer's identifier finder.
 from __future__ import annotations
 
 from proxy.app import create_app
-from proxy.config import ConfigError, Settings, load_settings
+from proxy.config import Settings, load_settings
 from proxy.core.messages import content_text
 from proxy.core.policy import ModelInfo
 from proxy.core.tokens import TokenCounter, lookup_model
+from proxy.errors import ConfigError
 from proxy.policies import POLICY_HEADER, choose_policy
 from proxy.summarizer import identifiers, transcript_line
 from proxy.upstream.base import Body, RawHeaders

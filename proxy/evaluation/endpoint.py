@@ -19,9 +19,6 @@ class ChatEndpoint:
         self._client = client
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Authorization": authorization} if authorization else {}
-        self.calls = 0
-        self.prompt_tokens = 0  # as the provider's usage reports them
-        self.completion_tokens = 0
 
     async def complete(
         self, messages: list[dict[str, Any]], *, model: str, max_tokens: int, **extra: Any
@@ -37,7 +34,6 @@ class ChatEndpoint:
             response = await self._client.post(self._url, json=body, headers=self._headers)
         except httpx.HTTPError as exc:
             raise EvaluationError(f"{model} at {self._url}: {type(exc).__name__}") from exc
-        self.calls += 1
         if response.status_code >= 400:
             raise EvaluationError(
                 f"{model} at {self._url} answered HTTP {response.status_code}: "
@@ -48,8 +44,4 @@ class ChatEndpoint:
             text = data["choices"][0]["message"].get("content") or ""
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise EvaluationError(f"{model} at {self._url} returned an unexpected body") from exc
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if isinstance(usage, dict):
-            self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-            self.completion_tokens += int(usage.get("completion_tokens") or 0)
         return str(text)

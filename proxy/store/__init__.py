@@ -7,12 +7,19 @@ from __future__ import annotations
 
 from proxy.config import StoreSettings
 from proxy.sealing import Sealer
-from proxy.store.conversations import ConversationInfo, Store, StoreCounters, StoreHealth
+from proxy.store.conversations import (
+    ConversationInfo,
+    ConversationPage,
+    Store,
+    StoreCounters,
+    StoreHealth,
+)
 from proxy.store.memory import MemoryBackend
 from proxy.tenancy import Tenancy
 
 __all__ = [
     "ConversationInfo",
+    "ConversationPage",
     "Store",
     "StoreCounters",
     "StoreHealth",

@@ -30,6 +30,7 @@ import logging
 import random
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
@@ -43,9 +44,9 @@ from proxy.core.checkpoints import (
     encode_record,
     extend,
 )
-from proxy.errors import StoreError
+from proxy.errors import PayloadTooLarge, StoreError
 from proxy.sealing import Sealer, SealError
-from proxy.store.base import Backend
+from proxy.store.base import Backend, IndexEntry
 from proxy.store.breaker import CircuitBreaker
 from proxy.store.memory import MemoryBackend
 from proxy.tenancy import SECRET_KEY, Tenancy
@@ -60,6 +61,11 @@ _CAS_ATTEMPTS = 64
 _WRITE_TIMEOUT_FACTOR = 8
 _PRIMARY_LOCK = "r."
 _FALLBACK_LOCK = "l."
+# A request's read moves its conversation in the listing index at most this often per process:
+# last use is listed to about a minute, and a busy agent run does not pay for the index on every
+# request (the pipeline costs ~60 us more than a lone GETEX: tests/bench/bench_store.py).
+TOUCH_SECONDS = 60.0
+_TOUCHED_KEPT = 65_536
 # Start-up: a few quick tries to read the shared tenant secret, then the background probe goes on.
 _SECRET_ATTEMPTS = 3
 _SECRET_BACKOFF_SECONDS = 0.2
@@ -99,8 +105,16 @@ class ConversationInfo:
     conversation_id: str
     checkpoints: int
     covered: int
-    updated_at: float
+    updated_at: float  # last written
     ttl_seconds: float | None
+    last_used: float = 0.0  # last read by a request or written, seconds since the epoch
+    bytes: int = 0  # the stored value's size
+
+
+@dataclass(frozen=True)
+class ConversationPage:
+    conversations: list[ConversationInfo]
+    next_before: float | None  # pass as ``before`` for the next page; None: this was the last
 
 
 class Store:
@@ -127,6 +141,8 @@ class Store:
         self._lock_ttl_ms = int(settings.lock_ttl_seconds * 1000)
         self._max_checkpoints = settings.max_checkpoints
         self._max_record_bytes = settings.max_record_bytes
+        self._max_listed = settings.max_listed_conversations
+        self._touched: OrderedDict[str, float] = OrderedDict()  # record key -> last index update
         self._outage_since: float | None = None
         self._last_error: str | None = None
         # No configured secret: the tenancy's secret lives in Redis, shared by every replica.
@@ -231,8 +247,9 @@ class Store:
         """The conversation's record, refreshing its TTL; None on a miss or any failure."""
         self.counters.loads += 1
         key = self.tenancy.record_key(tenant, conversation_id)
+        touch = self._index_entry(tenant, key) if self._touch_due(key) else None
         try:
-            raw = await self._resilient(lambda b: b.get(key, ttl_ms=self._ttl_ms))
+            raw = await self._resilient(lambda b: b.get(key, ttl_ms=self._ttl_ms, touch=touch))
         except StoreError:
             raw = None
         record = (
@@ -249,6 +266,35 @@ class Store:
 
     def _owner(self, tenant: str, conversation_id: str) -> str:
         return self.tenancy.owner(tenant, conversation_id)
+
+    def _index_entry(self, tenant: str, key: str, *, limit: int = 0) -> IndexEntry:
+        """``key``'s place in the tenant's listing, as of now."""
+        index = self.tenancy.index_key(tenant)
+        return IndexEntry(index, key, time.time(), self._ttl_ms, limit)
+
+    def _touch_due(self, key: str) -> bool:
+        """This process last moved ``key`` in the index over TOUCH_SECONDS ago (or never); if so,
+        it counts as moved now."""
+        last = self._touched.get(key)
+        if last is not None and time.monotonic() - last < TOUCH_SECONDS:
+            return False
+        self._touch(key)
+        return True
+
+    def _touch(self, key: str) -> None:
+        self._touched[key] = time.monotonic()
+        self._touched.move_to_end(key)
+        if len(self._touched) > _TOUCHED_KEPT:
+            self._touched.popitem(last=False)
+
+    async def _indexed(self, tenant: str, key: str) -> None:
+        """After a write: the record is listed, newest first. Its own call, after the write's:
+        the index only serves the admin listing, so it never spends the write's time budget,
+        and a failure here never undoes or fails the write."""
+        self._touch(key)  # a read in the next TOUCH_SECONDS need not move it again
+        entry = self._index_entry(tenant, key, limit=self._max_listed)
+        with contextlib.suppress(StoreError):
+            await self._primary(lambda b: b.index_add(entry))
 
     async def add_checkpoint(
         self, tenant: str, conversation_id: str, checkpoint: Checkpoint
@@ -293,9 +339,12 @@ class Store:
             return False
 
         try:
-            return await self._resilient(write, factor=_WRITE_TIMEOUT_FACTOR)
+            written = await self._resilient(write, factor=_WRITE_TIMEOUT_FACTOR)
         except StoreError:
             return False
+        if written:
+            await self._indexed(tenant, key)
+        return written
 
     async def acquire_lock(self, tenant: str, conversation_id: str) -> str | None:
         """A token if this caller may summarize the conversation now, else None.
@@ -346,41 +395,104 @@ class Store:
     async def delete(self, tenant: str, conversation_id: str) -> bool:
         """Forget the conversation; True if it was stored. StoreError when that cannot be done."""
         key = self.tenancy.record_key(tenant, conversation_id)
-        deleted = await self._primary(lambda b: b.delete(key))
+        index = self.tenancy.index_key(tenant)
+
+        async def forget(backend: Backend) -> bool:
+            deleted = await backend.delete(key)
+            await backend.index_remove(index, [key])
+            return deleted
+
+        deleted = await self._primary(forget)
         if self._fallback is not None:
-            deleted = await self._fallback.delete(key) or deleted
+            deleted = await forget(self._fallback) or deleted
         return deleted
 
-    async def list_conversations(self, tenant: str, *, limit: int = 100) -> list[ConversationInfo]:
-        """Up to ``limit`` of the tenant's conversations; StoreError when the store cannot answer."""
-        prefix = self.tenancy.tenant_prefix(tenant)
+    async def change(
+        self, tenant: str, conversation_id: str, edit: Callable[[Record], Record]
+    ) -> Record | None:
+        """Apply an operator's ``edit`` to the stored record (compare-and-set, so no concurrent
+        summary is lost) and return the record as written; None when there is none. ``edit``
+        may raise to refuse; StoreError when the store cannot answer or the write keeps losing,
+        PayloadTooLarge when what it adds does not fit ``store.max_record_bytes`` alone."""
+        key = self.tenancy.record_key(tenant, conversation_id)
+        owner = self._owner(tenant, conversation_id)
 
-        async def collect(backend: Backend) -> list[ConversationInfo]:
-            infos = []
-            for key in await backend.scan(prefix, limit=limit):
+        async def write(backend: Backend) -> Record | None:
+            for _ in range(_CAS_ATTEMPTS):
                 raw = await backend.get(key)
-                record = None if raw is None else self._open(key, raw, owner=None)
+                record = None if raw is None else self._open(key, raw, owner=owner)
                 if record is None:
-                    continue
-                named = self.tenancy.open_conversation_id(tenant, record.conversation_id, key=key)
-                # The record names its conversation; it must be the one this key belongs to.
-                if named is None or key != self.tenancy.record_key(tenant, named):
-                    continue
-                if record.owner != self._owner(tenant, named):
-                    continue
-                ttl = await backend.ttl_ms(key)
-                infos.append(
-                    ConversationInfo(
-                        conversation_id=named,
-                        checkpoints=len(record.checkpoints),
-                        covered=record.depth,
-                        updated_at=record.updated_at,
-                        ttl_seconds=None if ttl is None else ttl / 1000,
+                    return None
+                updated = edit(record)
+                sealed = self._seal_within_limit(key, updated)
+                if sealed is None:
+                    raise PayloadTooLarge(
+                        "the new checkpoint alone exceeds store.max_record_bytes "
+                        f"({self._max_record_bytes})",
+                        code="record_too_large",
                     )
-                )
-            return infos
+                if await backend.compare_and_set(key, raw, sealed, ttl_ms=self._ttl_ms):
+                    self.counters.writes += 1
+                    return self._open(key, sealed, owner=owner)
+                self.counters.write_conflicts += 1
+                await asyncio.sleep(random.uniform(0, 0.01))
+            raise StoreError("the record kept changing under the write; try again")
+
+        record = await self._primary(write, factor=_WRITE_TIMEOUT_FACTOR)
+        if record is None:
+            return None
+        await self._indexed(tenant, key)
+        return replace(record, conversation_id=conversation_id)
+
+    async def list_conversations(
+        self, tenant: str, *, limit: int = 100, before: float | None = None
+    ) -> ConversationPage:
+        """The tenant's conversations, most recently used first, ``limit`` at a time from
+        ``before`` (a page's ``next_before``); StoreError when the store cannot answer.
+
+        Read from the tenant's index (no scan of the keyspace); members whose record expired or
+        does not open as this tenant's are dropped from it on the way.
+        """
+        index = self.tenancy.index_key(tenant)
+
+        async def collect(backend: Backend) -> ConversationPage:
+            entries = await backend.index_page(index, before=before, limit=limit)
+            values = await backend.get_many([key for key, _ in entries])
+            infos, stale = [], []
+            for (key, last_used), (raw, ttl) in zip(entries, values, strict=True):
+                info = None if raw is None else self._listed(tenant, key, raw, ttl, last_used)
+                if info is None:
+                    stale.append(key)
+                else:
+                    infos.append(info)
+            with contextlib.suppress(StoreError):
+                await backend.index_remove(index, stale)
+            more = len(entries) == limit
+            return ConversationPage(infos, entries[-1][1] if more and entries else None)
 
         return await self._primary(collect, factor=_WRITE_TIMEOUT_FACTOR)
+
+    def _listed(
+        self, tenant: str, key: str, raw: bytes, ttl: int | None, last_used: float
+    ) -> ConversationInfo | None:
+        record = self._open(key, raw, owner=None)
+        if record is None:
+            return None
+        named = self.tenancy.open_conversation_id(tenant, record.conversation_id, key=key)
+        # The record names its conversation; it must be the one this key belongs to.
+        if named is None or key != self.tenancy.record_key(tenant, named):
+            return None
+        if record.owner != self._owner(tenant, named):
+            return None
+        return ConversationInfo(
+            conversation_id=named,
+            checkpoints=len(record.checkpoints),
+            covered=record.depth,
+            updated_at=record.updated_at,
+            ttl_seconds=None if ttl is None else ttl / 1000,
+            last_used=last_used,
+            bytes=len(raw),
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from proxy.store.base import IndexEntry
+
 _FOREVER_MS = 100 * 365 * 24 * 3600 * 1000
 
 
@@ -25,6 +27,9 @@ class MemoryBackend:
         self._values: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
         # Locks live apart from values so that a crowd of records can never evict a held lock.
         self._locks: dict[str, tuple[str, float]] = {}
+        # The listing indexes: index key -> (member -> score), and when each index expires.
+        self._indexes: dict[str, dict[str, float]] = {}
+        self._index_expiry: dict[str, float] = {}
 
     def _live(self, key: str) -> tuple[bytes, float] | None:
         entry = self._values.get(key)
@@ -39,13 +44,55 @@ class MemoryBackend:
         while len(self._values) > self._max_keys:
             self._values.popitem(last=False)
 
-    async def get(self, key: str, *, ttl_ms: int | None = None) -> bytes | None:
+    async def get(
+        self, key: str, *, ttl_ms: int | None = None, touch: IndexEntry | None = None
+    ) -> bytes | None:
+        if touch is not None:
+            members = self._index(touch.index)
+            if touch.member in members:
+                members[touch.member] = touch.score
+                self._index_expiry[touch.index] = self._clock() + touch.ttl_ms / 1000
         entry = self._live(key)
         if entry is None:
             return None
         if ttl_ms is not None:
             self._put(key, entry[0], ttl_ms)
         return entry[0]
+
+    async def get_many(self, keys: list[str]) -> list[tuple[bytes | None, int | None]]:
+        return [((await self.get(key)), (await self.ttl_ms(key))) for key in keys]
+
+    def _index(self, index: str) -> dict[str, float]:
+        if self._index_expiry.get(index, float("inf")) <= self._clock():
+            self._indexes.pop(index, None)
+            self._index_expiry.pop(index, None)
+        return self._indexes.get(index, {})
+
+    async def index_add(self, entry: IndexEntry) -> None:
+        members = self._index(entry.index)
+        if not members:
+            if len(self._indexes) >= self._max_keys:  # one per tenant with records: bounded
+                oldest = next(iter(self._indexes))
+                del self._indexes[oldest]
+                self._index_expiry.pop(oldest, None)
+            self._indexes[entry.index] = members
+        members[entry.member] = entry.score
+        self._index_expiry[entry.index] = self._clock() + entry.ttl_ms / 1000
+        if entry.limit and len(members) > entry.limit:
+            for member in sorted(members, key=members.__getitem__)[: len(members) - entry.limit]:
+                del members[member]
+
+    async def index_page(
+        self, index: str, *, before: float | None, limit: int
+    ) -> list[tuple[str, float]]:
+        members = self._index(index)
+        newest = sorted(members.items(), key=lambda item: item[1], reverse=True)
+        return [item for item in newest if before is None or item[1] < before][:limit]
+
+    async def index_remove(self, index: str, members: list[str]) -> None:
+        held = self._index(index)
+        for member in members:
+            held.pop(member, None)
 
     async def compare_and_set(
         self, key: str, expected: bytes | None, value: bytes, *, ttl_ms: int
@@ -99,7 +146,9 @@ class MemoryBackend:
     def clear(self) -> None:
         """Forget every value (not the locks): the fallback's state is stale once Redis is back."""
         self._values.clear()
+        self._indexes.clear()
 
     async def aclose(self) -> None:
         self._values.clear()
         self._locks.clear()
+        self._indexes.clear()

@@ -26,8 +26,9 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from proxy.config import ConfigError, StoreSettings
-from proxy.errors import StoreError
+from proxy.config import StoreSettings
+from proxy.errors import ConfigError, StoreError
+from proxy.store.base import IndexEntry
 
 # Compare the stored value by digest, so a CAS sends one copy of the record, not two.
 _CAS = """
@@ -224,11 +225,60 @@ class RedisBackend:
         client, sentinel = _client(settings)
         return cls(client, name=settings.url.partition("://")[0], sentinel=sentinel)
 
-    async def get(self, key: str, *, ttl_ms: int | None = None) -> bytes | None:
+    async def get(
+        self, key: str, *, ttl_ms: int | None = None, touch: IndexEntry | None = None
+    ) -> bytes | None:
         with _mapped("redis GET failed"):
-            if ttl_ms is None:
-                return await self._client.get(key)
-            return await self._client.getex(key, px=ttl_ms)  # read + TTL refresh: one trip
+            if touch is None:
+                if ttl_ms is None:
+                    return await self._client.get(key)
+                return await self._client.getex(key, px=ttl_ms)  # read + TTL refresh: one trip
+            # Still one trip: the index's score moves with the read (XX: never adds a member, so
+            # a miss leaves no trace), and the index lives as long as its newest record.
+            pipe = self._client.pipeline(transaction=False)
+            pipe.getex(key, px=ttl_ms) if ttl_ms is not None else pipe.get(key)
+            pipe.zadd(touch.index, {touch.member: touch.score}, xx=True)
+            pipe.pexpire(touch.index, touch.ttl_ms)
+            value, _, _ = await pipe.execute()
+            return value
+
+    async def get_many(self, keys: list[str]) -> list[tuple[bytes | None, int | None]]:
+        if not keys:
+            return []
+        with _mapped("redis GET failed"):
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.get(key)
+                pipe.pttl(key)
+            replies = await pipe.execute()
+        return [
+            (value, None if ttl < 0 else int(ttl))
+            for value, ttl in zip(replies[::2], replies[1::2], strict=True)
+        ]
+
+    async def index_add(self, entry: IndexEntry) -> None:
+        with _mapped("redis ZADD failed"):
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zadd(entry.index, {entry.member: entry.score})
+            if entry.limit:
+                pipe.zremrangebyrank(entry.index, 0, -(entry.limit + 1))
+            pipe.pexpire(entry.index, entry.ttl_ms)
+            await pipe.execute()
+
+    async def index_page(
+        self, index: str, *, before: float | None, limit: int
+    ) -> list[tuple[str, float]]:
+        highest = "+inf" if before is None else f"({before!r}"  # "(": strictly below
+        with _mapped("redis ZREVRANGEBYSCORE failed"):
+            pairs = await self._client.zrevrangebyscore(
+                index, highest, "-inf", start=0, num=limit, withscores=True
+            )
+        return [(m.decode() if isinstance(m, bytes) else m, float(s)) for m, s in pairs]
+
+    async def index_remove(self, index: str, members: list[str]) -> None:
+        if members:
+            with _mapped("redis ZREM failed"):
+                await self._client.zrem(index, *members)
 
     async def compare_and_set(
         self, key: str, expected: bytes | None, value: bytes, *, ttl_ms: int

@@ -203,6 +203,21 @@ class Bench:
                     ),
                 )
             )
+        if self.args.baseline_source is not None:
+            for candidate in self.candidates:
+                starters.append(
+                    (
+                        f"before[{candidate}]",
+                        lambda c=candidate: contenders.start_ours(
+                            self.tmp,
+                            c,
+                            mock_port,
+                            workers,
+                            source=self.args.baseline_source,
+                            label="before",
+                        ),
+                    )
+                )
         started = []
         for name, start in starters:
             try:
@@ -769,6 +784,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=REPO,
         help="a checkout whose proxy/ is measured (e.g. an export of another commit)",
     )
+    parser.add_argument(
+        "--baseline-source",
+        type=Path,
+        help="another checkout measured in the same run as before[...] (e.g. a `git worktree` "
+        "of the previous release), to tell a regression from noise",
+    )
     parser.add_argument("--keep-tmp", action="store_true", help="keep configs and server logs")
     parser.add_argument(
         "--keep-profile", action="store_true", help="keep the collapsed stacks in .bench/"
@@ -790,6 +811,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, short if quick else full)
     args.ours_source = args.ours_source.resolve()
+    if args.baseline_source is not None:
+        args.baseline_source = args.baseline_source.resolve()
     return args
 
 

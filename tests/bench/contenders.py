@@ -247,12 +247,19 @@ def start_litellm(tmp: Path, litellm: Path, mock_port: int, workers: int, key: s
 
 
 def start_ours(
-    tmp: Path, candidate: str, mock_port: int, workers: int, *, source: Path = REPO
+    tmp: Path,
+    candidate: str,
+    mock_port: int,
+    workers: int,
+    *,
+    source: Path = REPO,
+    label: str = "ours",
 ) -> Target:
-    """The proxy from ``source`` (a checkout of this repo) with the given upstream client."""
+    """The proxy from ``source`` (a checkout of this repo) with the given upstream client, named
+    ``label[candidate]`` (``before[...]``: a baseline checkout measured in the same run)."""
     port = free_port()
     transport = "httpx" if candidate.startswith("httpx") else "aiohttp"
-    config = tmp / f"ours-{candidate}-{workers}.yaml"
+    config = tmp / f"{label}-{candidate}-{workers}.yaml"
     config.write_text(
         f"server: {{host: 127.0.0.1, port: {port}, workers: {workers}}}\n"
         f'upstream: {{base_url: "http://127.0.0.1:{mock_port}/v1", transport: {transport}}}\n'
@@ -266,6 +273,6 @@ def start_ours(
     env = _clean_env(PYTHONPATH=os.pathsep.join(paths))
     if TIKTOKEN_DIR.is_dir():
         env["TIKTOKEN_CACHE_DIR"] = str(TIKTOKEN_DIR)  # no downloads here
-    log = tmp / f"ours-{candidate}-{workers}.log"
-    server = Server(f"ours[{candidate}]", argv, log=log, env=env, cwd=source)
-    return Target(f"ours[{candidate}]", port, server)
+    log = tmp / f"{label}-{candidate}-{workers}.log"
+    server = Server(f"{label}[{candidate}]", argv, log=log, env=env, cwd=source)
+    return Target(f"{label}[{candidate}]", port, server)

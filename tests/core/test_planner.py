@@ -529,3 +529,44 @@ def test_a_forced_compaction_of_one_task_keeps_its_task_and_newest_round(
     p = run(messages, policy(trigger=NEVER), counter, force=True)
     assert p.summary_request is not None and p.summary_request.covered == len(messages) - 2
     assert p.with_summary("S").messages[2:] == [messages[1], *messages[-2:]]
+
+
+# --- keep nothing ------------------------------------------------------------------------------
+
+
+def test_keep_nothing_summarizes_all_but_the_current_task(counter: TokenCounter) -> None:
+    messages = chat(6)  # the last interaction is the current task: its question and answer
+    p = run(messages, policy(keep=KeepSettings(interactions=0)), counter)
+    request = p.summary_request
+    assert request is not None and request.start == 1
+    # Everything before the latest user message is summarized; that message and after stay.
+    assert request.covered == len(messages) - 2
+    sent = p.with_summary("Six questions, answered.").messages
+    assert sent[0] == messages[0] and OPEN_TAG in sent[1]["content"]
+    assert sent[2:] == messages[-2:]
+
+
+def test_keep_nothing_in_an_agent_run_keeps_the_task_and_the_newest_round(
+    counter: TokenCounter,
+) -> None:
+    messages = [*chat(3), *agent_run(6)[1:]]  # three old chats, then a task with 6 tool rounds
+    p = run(messages, policy(keep=KeepSettings(interactions=0)), counter)
+    request = p.summary_request
+    assert request is not None and request.covered == len(messages) - 2
+    sent = p.with_summary("Old chats; rounds t0-t4 ran.").messages
+    task = messages.index(user("fix the failing tests"))
+    assert sent[2] is messages[task]  # the current task, verbatim, right after the summary
+    assert sent[3:] == messages[-2:]  # the newest tool round, call and result whole
+    assert sent[3]["tool_calls"][0]["id"] == sent[4]["tool_call_id"]
+    # One interaction is not "nothing": it keeps the whole task with every round.
+    one = run(messages, policy(keep=KeepSettings(interactions=1)), counter)
+    assert one.summary_request is not None and one.summary_request.covered == task
+
+
+@pytest.mark.parametrize("keep", [{"messages": 0}, {"tokens": 0}, {"fraction": 0}])
+def test_keep_nothing_has_one_spelling(keep: dict) -> None:
+    with pytest.raises(ValueError, match=r"interactions: 0"):
+        KeepSettings(**keep)
+    assert KeepSettings(interactions=0).interactions == 0
+    with pytest.raises(ValueError, match="exactly one"):
+        KeepSettings(interactions=0, tokens=5)

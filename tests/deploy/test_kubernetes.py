@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, parse_settings
+from proxy.config import parse_settings
+from proxy.errors import ConfigError
 from tests.deploy.conftest import KUBERNETES, load_all_yaml, load_yaml
 
 kubernetes_validate = pytest.importorskip(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,11 +15,18 @@ from tests.mock_upstream import MockUpstream
 from tests.servers import ThreadedUvicorn
 
 
-@pytest.fixture
-def mock() -> Iterator[MockUpstream]:
+@contextlib.contextmanager
+def running_mock() -> Iterator[MockUpstream]:
+    """A MockUpstream served on a free loopback port; its base URL is ``.url``."""
     upstream = MockUpstream()
     with ThreadedUvicorn(upstream) as server:
         upstream.url = server.url  # type: ignore[attr-defined]
+        yield upstream
+
+
+@pytest.fixture
+def mock() -> Iterator[MockUpstream]:
+    with running_mock() as upstream:
         yield upstream
 
 

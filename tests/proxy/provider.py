@@ -16,6 +16,7 @@ import json
 import threading
 from typing import Any
 
+import httpx
 import openai
 
 from proxy.core.tokens import TokenCounter
@@ -215,3 +216,54 @@ def _agent_running(messages: list[dict[str, Any]]) -> bool:
     if messages[-1]["role"] not in ("user", "tool"):
         return False
     return any(m["role"] == "user" and "AGENT" in str(m.get("content")) for m in messages)
+
+
+# A policy that summarizes inline after 3 interactions, keeping the last one: a summary within
+# a handful of turns (``talk``).
+INLINE_POLICY = """
+    strategy: summarize
+    mode: inline
+    trigger: {interactions: 3, context_fraction: 0}
+    keep: {interactions: 1}"""
+
+
+def conversation_client(
+    server: Any, conversation: str, *, key: str = "sk-caller", **headers: str
+) -> openai.OpenAI:
+    """The official client towards a proxy, naming ``conversation`` (and any other headers)."""
+    return openai.OpenAI(
+        base_url=f"{server.url}/v1",
+        api_key=key,
+        max_retries=0,
+        default_headers={"X-Conversation-Id": conversation, **headers},
+    )
+
+
+def talk(client: openai.OpenAI, turns: int) -> list[dict[str, Any]]:
+    """A fresh conversation of ``turns`` user turns long enough for a summary to pay off."""
+    history = [SYSTEM]
+    for turn in range(turns):
+        take_turn(client, history, f"Step {turn}: fix src/m{turn}.py. " + "Be thorough. " * 12)
+    return history
+
+
+ADMIN_TOKEN = "admin-token-for-tests"
+
+
+def inline_config(extra: str = "") -> str:
+    """Memory store, the mock summarizer, the admin API, INLINE_POLICY as default; then
+    ``extra`` (top-level YAML sections)."""
+    return f"""
+store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}}
+summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
+admin: {{token: {ADMIN_TOKEN}}}
+policies:
+  default: {INLINE_POLICY}
+{extra}
+"""
+
+
+def admin_view(server: Any, conversation: str, *, key: str) -> dict[str, Any]:
+    """The conversation as the admin API shows it to the caller with ``key``."""
+    headers = {"authorization": f"Bearer {ADMIN_TOKEN}", "x-caller-authorization": f"Bearer {key}"}
+    return httpx.get(f"{server.url}/admin/conversations/{conversation}", headers=headers).json()

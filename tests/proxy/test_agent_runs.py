@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ import pytest
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider
 from tests.proxy.test_compaction_e2e import admin_get, client_for, redis_url, store_url  # noqa: F401
+from tests.servers import ThreadedUvicorn
 
 TASK = {"role": "user", "content": "AGENT: fix the failing tests"}
 TOOLS = [
@@ -62,9 +64,14 @@ def tool_output(n: int) -> str:
 
 
 def run_agent(
-    client: openai.OpenAI, rounds: int, history: list[dict[str, Any]] | None = None
+    client: openai.OpenAI,
+    rounds: int,
+    history: list[dict[str, Any]] | None = None,
+    *,
+    between: Callable[[], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """Play ``rounds`` rounds of the agent loop; returns the history and each response's headers."""
+    """Play ``rounds`` rounds of the agent loop; returns the history and each response's headers.
+    ``between`` runs after each round (the tool running, the model thinking)."""
     history = history if history is not None else [SYSTEM, TASK]
     seen = []
     for _ in range(rounds):
@@ -79,7 +86,24 @@ def run_agent(
             history.append(
                 {"role": "tool", "tool_call_id": call.id, "content": tool_output(len(history))}
             )
+        if between is not None:
+            between()
     return history, seen
+
+
+def background_idle(server: ThreadedUvicorn) -> Callable[[], None]:
+    """Waits (bounded) until the proxy has no summary queued or running: an agent whose rounds
+    take longer than a summary, whatever the load on the test machine."""
+
+    def wait() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            metrics = httpx.get(f"{server.url}/metrics").text
+            if "proxy_background_queue_depth 0.0" in metrics:
+                return
+            time.sleep(0.02)
+
+    return wait
 
 
 def check_agent_prompt(sent: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:
@@ -116,8 +140,10 @@ def test_one_task_with_many_tool_rounds_is_compacted(
     provider = Provider(mock)
     provider.window_tokens = 1_000_000  # only to count what the provider receives
     server = start_proxy(settings_for(mock.url, config(store_url, mode=mode)))
-    history, seen = run_agent(client_for(server, "agent-1"), 35)
-    time.sleep(0.3)  # an ahead-of-time summary may still be finishing
+    # Ahead of time, a prompt outgrows the trigger only while its summary is being made; the
+    # agent here takes longer per round than a summary, so the bound below holds on any machine.
+    between = background_idle(server) if mode == "ahead" else None
+    history, seen = run_agent(client_for(server, "agent-1"), 35, between=between)
 
     outcomes = [h["x-compaction"] for h in seen]
     assert "applied" in outcomes and "failed" not in outcomes and "blocked" not in outcomes

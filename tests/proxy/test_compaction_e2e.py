@@ -416,6 +416,25 @@ def test_admin_api(mock, provider: Provider, start_proxy) -> None:
     assert admin_get(server, "/conversations/conv-a").status_code == 404
 
 
+def test_admin_names_an_unknown_policy_in_a_400_and_stores_nothing(
+    mock, provider: Provider, start_proxy
+) -> None:
+    server = start_proxy(settings_for(mock.url, config("memory://")))
+    history = [SYSTEM, {"role": "user", "content": "Step 0"}]
+    for path in ("/preview", "/conversations/conv-b/compact"):
+        refused = admin_get(
+            server,
+            path,
+            method="POST",
+            json={"model": "gpt-4o", "messages": history, "policy": "no-such-policy"},
+        )
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "unknown_policy"
+        assert refused.json()["error"]["param"] == "policy"
+    assert provider.summaries == 0
+    assert admin_get(server, "/conversations/conv-b").status_code == 404
+
+
 def test_admin_api_is_absent_without_a_token(mock, start_proxy) -> None:
     server = start_proxy(settings_for(mock.url))
     response = httpx.get(

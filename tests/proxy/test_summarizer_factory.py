@@ -1,4 +1,4 @@
-"""How the app builds summarizers: credentials and the summarizer model's own window."""
+"""How the proxy builds summarizers: credentials and the summarizer model's own window."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import httpx
 import pytest
 import respx
 
-from proxy.app import summarizer_factory
 from proxy.config import parse_settings
 from proxy.core.tokens import TokenCounter
+from proxy.summarizer import summarizer_factory
 
 BASE = "http://provider.test/v1"
 
@@ -81,3 +81,23 @@ async def test_the_callers_own_credential_headers_are_forwarded() -> None:
     headers = route.calls.last.request.headers
     assert headers["api-key"] == "azure-key"
     assert headers["authorization"] == "Basic dXNlcjpwYXNz"
+
+
+@pytest.mark.anyio
+async def test_a_policys_own_host_never_gets_the_global_summarizer_key() -> None:
+    settings = _settings(
+        "summarizer: {model: m, base_url: 'http://global.test/v1', api_key: sk-global}\n"
+        "policies: {own: {summarizer: {base_url: 'http://policy.test/v1'}}}\n"
+    )
+    own = settings.summarizer.for_policy(settings.policies["own"], request_model="gpt-4o")
+    counter = TokenCounter(settings.model_table())
+    with respx.mock(base_url="http://policy.test/v1") as router:
+        route = router.post("/chat/completions").respond(
+            json={"choices": [{"message": {"role": "assistant", "content": "s"}}]}
+        )
+        async with httpx.AsyncClient() as client:
+            make = summarizer_factory(settings, client, counter)
+            await make({"authorization": "Bearer sk-caller"}, own).summarize(
+                [{"role": "user", "content": "hi"}], previous=None, model="m", max_tokens=50
+            )
+    assert "authorization" not in route.calls.last.request.headers

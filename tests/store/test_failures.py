@@ -45,9 +45,9 @@ class FlakyBackend(MemoryBackend):
         if self.down:
             raise StoreError("connection refused")
 
-    async def get(self, key: str, *, ttl_ms: int | None = None) -> bytes | None:
+    async def get(self, key: str, **kwargs: Any) -> bytes | None:
         await self._gate()
-        return await super().get(key, ttl_ms=ttl_ms)
+        return await super().get(key, **kwargs)
 
     async def compare_and_set(self, *args: Any, **kwargs: Any) -> bool:
         await self._gate()

@@ -7,15 +7,17 @@ import random
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 
-from proxy.config import ConfigError
 from proxy.core.checkpoints import Checkpoint
-from proxy.store import open_store
+from proxy.errors import ConfigError
+from proxy.store import conversations, open_store
 from proxy.store.redis import (
     ClusterTarget,
     RedisBackend,
@@ -45,35 +47,64 @@ async def test_redis_holds_no_raw_id_or_credential_and_every_key_expires(
         assert await store.add_checkpoint(tenant, conv, checkpoint(MESSAGES, 5))
         assert await store.acquire_lock(tenant, conv) is not None
         keys = [k.decode() for k in await redis_raw.keys("*")]
-        assert len(keys) == 2
+        assert len(keys) == 3
+        index = store.tenancy.index_key(tenant)
         for key in keys:
             for secret in (credential, "CREDENTIAL", conv, "acme", tenant):
                 assert secret not in key
+            if key == index:  # the listing: record keys by last use, nothing else
+                members = await redis_raw.zrange(key, 0, -1)
+                assert members == [store.tenancy.record_key(tenant, conv).encode()]
+                continue
             value = await redis_raw.get(key)
             assert value is not None and conv.encode() not in value
             assert b"summary of" not in value and credential.encode() not in value
         record_ttl = await redis_raw.pttl(store.tenancy.record_key(tenant, conv))
+        index_ttl = await redis_raw.pttl(index)
         lock_ttl = await redis_raw.pttl(store.tenancy.lock_key(tenant, conv))
         assert 3_590_000 < record_ttl <= 3_600_000
+        assert 3_590_000 < index_ttl <= 3_600_000
         assert 80_000 < lock_ttl <= 90_000
     finally:
         await store.aclose()
 
 
 @pytest.mark.anyio
-async def test_the_fast_path_is_one_round_trip(redis_server: RedisServer, redis_raw: Redis) -> None:
+async def test_the_fast_path_is_one_round_trip(
+    redis_server: RedisServer, redis_raw: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = open_store(settings_for(redis_server.url))
     try:
         assert await store.add_checkpoint("t", "c", checkpoint(MESSAGES, 5))
         await store.load("t", "c")  # connect (HELLO/CLIENT SETINFO are not per request)
         await redis_raw.config_resetstat()
+        sends = []
+        send = AbstractConnection.send_packed_command
+
+        async def counted(self: AbstractConnection, *args: Any, **kwargs: Any) -> None:
+            sends.append(args)
+            await send(self, *args, **kwargs)
+
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
         for _ in range(20):
             assert await store.load("t", "c") is not None
+        monkeypatch.undo()
         stats = await redis_raw.info("commandstats")
         calls = {k: v["calls"] for k, v in stats.items()}
-        # Only GETEX (the read that refreshes the TTL), besides this client's own commands.
+        assert len(sends) == 20  # one write to the socket per load, one reply read
+        # Only GETEX (the read that refreshes the TTL), besides this client's own commands: the
+        # listing index moved with the write, and a read moves it at most once a minute.
         assert calls.pop("cmdstat_getex") == 20
         assert set(calls) <= {"cmdstat_info", "cmdstat_config|resetstat"}
+        # Once due, the index moves in the same trip as the read.
+        monkeypatch.setattr(conversations, "TOUCH_SECONDS", 0.0)
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+        sends.clear()
+        assert await store.load("t", "c") is not None
+        monkeypatch.undo()
+        stats = await redis_raw.info("commandstats")
+        assert len(sends) == 1
+        assert stats["cmdstat_zadd"]["calls"] == stats["cmdstat_pexpire"]["calls"] == 1
     finally:
         await store.aclose()
 
@@ -297,7 +328,9 @@ async def test_cluster_url_works_against_a_one_node_cluster() -> None:
             assert await store.load("t", "c") is not None
             token = await store.acquire_lock("t", "c")
             assert token is not None and await store.release_lock("t", "c", token)
-            assert [i.conversation_id for i in await store.list_conversations("t")] == ["c"]
+            assert [
+                i.conversation_id for i in (await store.list_conversations("t")).conversations
+            ] == ["c"]
         finally:
             await store.aclose()
 

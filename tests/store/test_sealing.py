@@ -7,7 +7,7 @@ import base64
 import pytest
 from pydantic import SecretStr
 
-from proxy.config import ConfigError
+from proxy.errors import ConfigError
 from proxy.sealing import MAGIC, Sealer, SealError, parse_key
 
 KEY_1 = ("k1", b"1" * 32)

@@ -21,10 +21,12 @@ async def test_listing_names_conversations_the_values_do_not(make_store: StoreFa
     messages = conversation(3)
     for name in ("order-66-alpha", "order-67-beta"):
         assert await store.add_checkpoint("t", name, checkpoint(messages, 3))
-    listed = sorted(info.conversation_id for info in await store.list_conversations("t"))
+    listed = sorted(
+        info.conversation_id for info in (await store.list_conversations("t")).conversations
+    )
     assert listed == ["order-66-alpha", "order-67-beta"]
-    assert await store.list_conversations("another-tenant") == []
-    for key in await make_store.backend.scan("cproxy:", limit=100):
+    assert (await store.list_conversations("another-tenant")).conversations == []
+    for key in await make_store.backend.scan("cproxy:r:", limit=100):
         value = await make_store.backend.get(key)
         assert value is not None and b"order-6" not in value
     loaded = await store.load("t", "order-66-alpha")

@@ -173,7 +173,7 @@ async def test_tenants_see_nothing_of_each_other(make_store: StoreFactory) -> No
     assert await store.add_checkpoint(alice, "shared-id", checkpoint(messages, 3))
     assert await store.load(bob, "shared-id") is None
     assert await store.inspect(bob, "shared-id") is None
-    assert await store.list_conversations(bob) == []
+    assert (await store.list_conversations(bob)).conversations == []
     assert not await store.delete(bob, "shared-id")
     assert await store.load(alice, "shared-id") is not None
 
@@ -258,7 +258,7 @@ async def test_admin_inspect_list_delete(make_store: StoreFactory) -> None:
     for name in ("one", "two"):
         assert await store.add_checkpoint("t", name, checkpoint(messages, 3))
     assert await store.add_checkpoint("other", "three", checkpoint(messages, 3))
-    infos = await store.list_conversations("t")
+    infos = (await store.list_conversations("t")).conversations
     assert sorted(i.conversation_id for i in infos) == ["one", "two"]
     assert all(i.covered == 3 and i.ttl_seconds and i.ttl_seconds > 0 for i in infos)
     record = await store.inspect("t", "one")
@@ -266,7 +266,9 @@ async def test_admin_inspect_list_delete(make_store: StoreFactory) -> None:
     assert await store.delete("t", "one")
     assert await store.load("t", "one") is None
     assert not await store.delete("t", "one")
-    assert [i.conversation_id for i in await store.list_conversations("t")] == ["two"]
+    assert [i.conversation_id for i in (await store.list_conversations("t")).conversations] == [
+        "two"
+    ]
 
 
 async def test_health_is_ok(make_store: StoreFactory) -> None:

@@ -1,0 +1,147 @@
+"""Hooks through the real proxy (issue 12): a hook class from tests/proxy/hook_module.py edits
+what the provider receives and sees each new summary; hooks that fail, hang or return garbage
+are logged without content, counted, and the request goes on as if they were absent."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.app import create_app
+from proxy.errors import ConfigError
+from tests.mock_upstream import MockUpstream
+from tests.proxy.conftest import settings_for
+from tests.proxy.provider import (
+    Provider,
+    admin_view,
+    check_sent,
+    conversation_client,
+    inline_config,
+    talk,
+)
+
+KEY = "sk-hook-caller"
+MODULE = "tests.proxy.hook_module"
+
+
+def config(hooks: str) -> str:
+    return inline_config(f"hooks:\n{hooks}")
+
+
+def lines(path: Path, stage: str, count: int) -> list[dict[str, Any]]:
+    """The hook's records of ``stage``, once there are ``count`` (after_summary runs after the
+    response: poll, bounded)."""
+    for _ in range(200):
+        found = [e for e in map(json.loads, path.read_text().splitlines()) if e["stage"] == stage]
+        if len(found) >= count:
+            return found
+        time.sleep(0.025)
+    raise AssertionError(f"{stage}: {len(found)} records, expected {count}")
+
+
+def test_a_hook_edits_what_is_sent_and_sees_every_summary(
+    mock: MockUpstream, start_proxy, tmp_path: Path
+) -> None:
+    provider = Provider(mock)
+    record = tmp_path / "hook.jsonl"
+    record.touch()
+    hooks = f'  - {{class: "{MODULE}:Tagger", record: "{record}", tag: " [hooked]"}}'
+    server = start_proxy(settings_for(mock.url, config(hooks)))  # type: ignore[attr-defined]
+    history = talk(conversation_client(server, "conv-hooked", key=KEY), 6)
+
+    sent = provider.chat_requests()
+    assert all(r["messages"][-1]["content"].endswith(" [hooked]") for r in sent)
+    assert not any("[hooked]" in str(m.get("content")) for m in history)  # the client's own
+    before = lines(record, "before_send", len(sent))
+    assert {e["conversation_id"] for e in before} == {"conv-hooked"}
+    assert {(e["policy"], e["dialect"], e["model"]) for e in before} == {
+        ("default", "chat", "gpt-4o")
+    }
+    assert [e["messages"] for e in before] == [len(r["messages"]) for r in sent]
+
+    shown = admin_view(server, "conv-hooked", key=KEY)
+    assert {e["tenant"] for e in before} == {shown["tenant"]}
+    stored = shown["checkpoints"]
+    assert stored and provider.summaries == len(stored)
+    after = lines(record, "after_summary", len(stored))
+    by_id = {c["id"]: c for c in stored}
+    for event in after:
+        checkpoint = by_id[event["checkpoint_id"]]
+        assert event["tenant"] == shown["tenant"]
+        assert event["conversation_id"] == "conv-hooked"
+        assert event["summary"] == checkpoint["summary"]
+        assert event["parent_id"] == checkpoint["parent_id"]
+        assert event["covered_messages"] == checkpoint["covered_messages"]
+    # The checkpoint a request applied is the one the hook was told about.
+    assert before[-1]["checkpoint"] in by_id
+
+
+def test_failing_hooks_fail_open(
+    mock: MockUpstream, start_proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = Provider(mock)
+    hooks = "\n".join(
+        f'  - {{class: "{MODULE}:{name}", timeout_seconds: 0.2}}'
+        for name in ("Raises", "Sleeps", "Garbage")
+    )
+    server = start_proxy(settings_for(mock.url, config(hooks)))  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING, logger="proxy.hooks"):
+        history = talk(conversation_client(server, "conv-failing", key=KEY), 6)
+        metrics = httpx.get(f"{server.url}/metrics").text
+        for _ in range(200):  # after_summary fails after the response
+            if 'outcome="error",stage="after_summary"' in metrics:
+                break
+            time.sleep(0.025)
+            metrics = httpx.get(f"{server.url}/metrics").text
+
+    sent = provider.chat_requests()
+    assert provider.summaries >= 1
+    for request in sent:  # as if no hook were configured
+        assert "[hooked]" not in json.dumps(request)
+    check_sent(sent[-1]["messages"], history)
+    assert sent[-1]["messages"][-1] == history[-2]  # the newest user turn, untouched
+    turns = len(sent)
+    for hook, outcome in (("Raises", "error"), ("Sleeps", "timeout"), ("Garbage", "invalid")):
+        line = (
+            f'proxy_hook_calls_total{{hook="{MODULE}:{hook}",outcome="{outcome}",'
+            f'stage="before_send"}} {turns}.0'
+        )
+        assert line in metrics
+    assert 'hook="tests.proxy.hook_module:Raises",outcome="error",stage="after_summary"' in metrics
+    logged = [r.getMessage() for r in caplog.records if r.name == "proxy.hooks"]
+    assert logged and all("Step" not in m and "SUMMARY" not in m for m in logged)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('{class: "tests.proxy.no_such_module:X"}', "cannot import"),
+        (f'{{class: "{MODULE}:NoMethods"}}', "defines neither"),
+        (f'{{class: "{MODULE}:Tagger", colour: red}}', "cannot build"),
+    ],
+)
+def test_a_hook_that_cannot_be_used_stops_start_up(entry: str, message: str) -> None:
+    settings = settings_for("http://127.0.0.1:9", config(f"  - {entry}"))
+    with pytest.raises(ConfigError, match=message):
+        create_app(settings)
+
+
+def test_a_hook_that_changes_nothing_leaves_the_clients_bytes(
+    mock: MockUpstream, start_proxy
+) -> None:
+    hooks = f'  - {{class: "{MODULE}:Observer"}}'
+    server = start_proxy(settings_for(mock.url, config(hooks)))  # type: ignore[attr-defined]
+    raw = b'{"model":  "gpt-4o",   "messages": [ {"role": "user", "content": "hi"} ]}'
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        content=raw,
+        headers={"content-type": "application/json", "x-conversation-id": "conv-observed"},
+    )
+    assert response.headers["x-compaction"] == "skipped"
+    assert mock.received[-1].body == raw
