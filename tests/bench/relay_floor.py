@@ -1,0 +1,81 @@
+"""The floor of a pass-through on the proxy's own server: a minimal relay, as fast as it can be
+while served the way the proxy is (uvicorn with the proxy's options: httptools, uvloop, the
+connection guard), to compare with the proxy in ``bench_long --floor``.
+
+No framework, no HTTP client library: the request head and body chunks are written to one
+keep-alive connection to the upstream as they arrive, the answer (a Content-Length body, as the
+benchmark's mock sends) read back and relayed. Not a proxy: no limits, no error handling, one
+request at a time. Run: ``python -m tests.bench.relay_floor --port P --upstream-port M``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+import uvicorn
+
+from proxy.config import Settings
+from proxy.server import uvicorn_options
+
+HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding"}
+
+
+class Relay:
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                kind = (await receive())["type"]  # lifespan.startup, then lifespan.shutdown
+                await send({"type": f"{kind}.complete"})
+                if kind == "lifespan.shutdown":
+                    return
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(
+                "127.0.0.1", self.upstream_port
+            )
+        reader, writer = self.reader, self.writer
+        assert reader is not None
+        head = [f"{scope['method']} {scope['path']} HTTP/1.1\r\nhost: 127.0.0.1\r\n".encode()]
+        head += [
+            name + b": " + value + b"\r\n" for name, value in scope["headers"] if name not in HOP
+        ]
+        writer.write(b"".join(head) + b"\r\n")
+        more = True
+        while more:
+            message = await receive()
+            writer.write(message.get("body", b""))
+            more = message.get("more_body", False)
+            await writer.drain()
+        status = int((await reader.readline()).split()[1])
+        headers, length = [], 0
+        while (line := await reader.readline()) != b"\r\n":
+            name, _, value = line.rstrip(b"\r\n").partition(b":")
+            name, value = name.strip().lower(), value.strip()
+            if name == b"content-length":
+                length = int(value)
+            if name not in HOP:
+                headers.append((name, value))
+        body = await reader.readexactly(length)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--upstream-port", type=int, required=True)
+    args = parser.parse_args()
+    options = uvicorn_options(Settings())
+    uvicorn.run(
+        Relay(args.upstream_port), host="127.0.0.1", port=args.port, log_level="warning", **options
+    )
+
+
+if __name__ == "__main__":
+    main()
