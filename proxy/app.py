@@ -21,6 +21,7 @@ from proxy.calibration import Calibration
 from proxy.compaction import Compactor
 from proxy.config import Settings, load_settings
 from proxy.core.tokens import TokenCounter, lookup_model
+from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
 from proxy.endpoints import CompactedRoute, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
@@ -192,6 +193,9 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/chat/completions", CompactedRoute(resources, CHAT), methods=["POST"]),
+        Route("/v1/messages", CompactedRoute(resources, MESSAGES), methods=["POST"]),
+        # Anthropic's token counter: the Anthropic upstream, passed through unchanged.
+        Route("/v1/messages/count_tokens", PassThrough(resources, MESSAGES), methods=["POST"]),
         Route("/v1/{path:path}", PassThrough(resources)),
         Mount("/admin", routes=admin_routes(settings, store, compactor)),
     ]

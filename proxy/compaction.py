@@ -40,7 +40,6 @@ from proxy.summarizer import Summarizer
 from proxy.tenancy import (
     Credentials,
     credential_from_headers,
-    credential_headers,
     resolve_conversation_id,
 )
 from proxy.upstream.base import RawHeaders
@@ -206,7 +205,7 @@ class Compactor:
                 messages,
                 policy_name,
                 policy,
-                credentials=credential_headers(headers),
+                credentials=request.dialect.caller_credentials(headers, self.settings),
                 raw=request.raw,
                 heavy=heavy,
                 dialect=request.dialect,
