@@ -194,7 +194,10 @@ class Compactor:
         )
         if conversation_id is None:
             return self._untouched(request, policy_name)
-        self.windows.want(body.get("model") or "", headers, policy)  # never waits
+        # The caller's key goes only where the dialect says it is valid (an Anthropic key never
+        # to the OpenAI upstream's /models, nor to its summarizer).
+        credentials = request.dialect.caller_credentials(headers, self.settings)
+        self.windows.want(body.get("model") or "", credentials, policy)  # never waits
         conv = await _work(  # strips incoming summaries: a pass over every message
             heavy,
             partial(
@@ -205,7 +208,7 @@ class Compactor:
                 messages,
                 policy_name,
                 policy,
-                credentials=request.dialect.caller_credentials(headers, self.settings),
+                credentials=credentials,
                 raw=request.raw,
                 heavy=heavy,
                 dialect=request.dialect,

@@ -29,11 +29,12 @@ from tests.dialects.anthropic_provider import (
     system_texts,
 )
 from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for, start_proxy  # noqa: F401
-from tests.proxy.provider import SUMMARIZER_MODEL, Provider
+from tests.proxy.conftest import mock, settings_for, start_proxy  # noqa: F401
+from tests.proxy.provider import Provider
+from tests.proxy.test_agent_runs import ADMIN
+from tests.proxy.test_agent_runs import config as agent_config
 from tests.servers import ThreadedUvicorn
 
-ADMIN = "admin-token-for-tests"
 KEY = "sk-ant-caller-one"
 MODEL = "claude-mock-1"
 SYSTEM = [
@@ -52,29 +53,12 @@ TOOLS = [
 ]
 
 
-def config(*, mode: str = "inline", policy: str = "", extra: str = "") -> str:
-    policy = (
-        policy
-        or "\n    trigger: {input_tokens: 1200, context_fraction: 0}\n    keep: {tokens: 500}"
+def config(*, mode: str = "inline", policy: str = "") -> str:
+    return agent_config(
+        mode=mode,
+        policy=policy
+        or "\n    trigger: {input_tokens: 1200, context_fraction: 0}\n    keep: {tokens: 500}",
     )
-    return f"""
-store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789", max_checkpoints: 32}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
-admin: {{token: {ADMIN}}}
-policies:
-  default:
-    strategy: summarize
-    mode: {mode}{policy}
-{extra}
-"""
-
-
-@pytest.fixture
-def openai_mock() -> Iterator[MockUpstream]:
-    upstream = MockUpstream()
-    with ThreadedUvicorn(upstream) as server:
-        upstream.url = server.url  # type: ignore[attr-defined]
-        yield upstream
 
 
 @pytest.fixture
@@ -83,6 +67,12 @@ def anthropic_mock() -> Iterator[MockUpstream]:
     with ThreadedUvicorn(upstream) as server:
         upstream.url = server.url  # type: ignore[attr-defined]
         yield upstream
+
+
+@pytest.fixture
+def openai_mock(mock: MockUpstream) -> MockUpstream:  # noqa: F811
+    """The OpenAI-compatible upstream: only the summarizer (and window discovery) call it."""
+    return mock
 
 
 @pytest.fixture
@@ -477,3 +467,22 @@ def test_streams_are_relayed_byte_for_byte(serve, provider, summarizer) -> None:
         relayed = response.read()
     answered = f"done: saw {len(provider.requests()[-1]['messages'])} messages"
     assert relayed == b"".join(c for c in sse_events(answered, model=MODEL) if isinstance(c, bytes))
+
+
+def test_window_discovery_never_sends_an_anthropic_key_to_the_openai_upstream(
+    serve, provider, summarizer, openai_mock
+) -> None:
+    server = serve()
+    client = client_for(server, "discover", key="sk-ant-secret")
+    client.messages.create(
+        model="house-model-7", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+    )
+    for _ in range(500):  # the listing is asked in the background: wait for it, boundedly
+        asks = [r for r in openai_mock.received if r.path.endswith("/models")]
+        if asks:
+            break
+        client.messages.with_raw_response.create(
+            model="house-model-7", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert asks
+    assert all("sk-ant-secret" not in json.dumps(r.headers) for r in openai_mock.received)
