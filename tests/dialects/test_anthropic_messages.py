@@ -53,8 +53,9 @@ TOOLS = [
 ]
 
 
-def config(*, mode: str = "inline", policy: str = "") -> str:
+def config(*, mode: str = "inline", policy: str = "", extra: str = "") -> str:
     return agent_config(
+        models=extra,  # appended to the YAML as it is
         mode=mode,
         policy=policy
         or "\n    trigger: {input_tokens: 1200, context_fraction: 0}\n    keep: {tokens: 500}",
@@ -442,6 +443,18 @@ def test_bad_input_is_an_anthropic_error_and_changes_nothing(serve, provider, su
     assert raw.status_code == 400 and raw.json()["type"] == "error"
     assert provider.mock.received == []
     assert admin_get(server, "/conversations/bad").status_code == 404
+
+
+def test_a_body_over_the_limit_is_a_413_in_anthropics_shape(serve, provider, summarizer) -> None:
+    server = serve(config(extra="server: {max_body_bytes: 4096}"))
+    client = client_for(server, "big")
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(
+            model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "x" * 8000}]
+        )
+    assert caught.value.status_code == 413
+    assert caught.value.body["error"]["type"] == "request_too_large"
+    assert provider.mock.received == []
 
 
 def test_streams_are_relayed_byte_for_byte(serve, provider, summarizer) -> None:
