@@ -79,8 +79,9 @@ class Dialect(Protocol):
         ...
 
     def caller_credentials(self, headers: Mapping[str, str], settings: Settings) -> Credentials:
-        """The caller's credential headers a summarizer using the caller's key may send
-        (``headers``: lower-cased names)."""
+        """The caller's credential headers that calls made on the caller's behalf (a summary,
+        window discovery) may send to the OpenAI-compatible upstream (``headers``: lower-cased
+        names); empty when the caller's key belongs to another provider."""
         ...
 
 
