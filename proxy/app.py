@@ -194,8 +194,10 @@ def create_app(
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/chat/completions", CompactedRoute(resources, CHAT), methods=["POST"]),
         Route("/v1/messages", CompactedRoute(resources, MESSAGES), methods=["POST"]),
-        # Anthropic's token counter: the Anthropic upstream, passed through unchanged.
-        Route("/v1/messages/count_tokens", PassThrough(resources, MESSAGES), methods=["POST"]),
+        # The rest of Anthropic's Messages API (count_tokens, batches, other methods) goes to the
+        # Anthropic upstream unchanged: never to the OpenAI one, with an Anthropic key.
+        Route("/v1/messages", PassThrough(resources, MESSAGES)),
+        Route("/v1/messages/{path:path}", PassThrough(resources, MESSAGES)),
         Route("/v1/{path:path}", PassThrough(resources)),
         Mount("/admin", routes=admin_routes(settings, store, compactor)),
     ]

@@ -499,3 +499,17 @@ def test_window_discovery_never_sends_an_anthropic_key_to_the_openai_upstream(
         )
     assert asks
     assert all("sk-ant-secret" not in json.dumps(r.headers) for r in openai_mock.received)
+
+
+def test_the_rest_of_the_messages_api_goes_to_anthropic_unchanged(
+    serve, provider, summarizer, openai_mock
+) -> None:
+    server = serve()
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    wrong = httpx.get(f"{server.url}/v1/messages", headers=headers)
+    batches = httpx.get(f"{server.url}/v1/messages/batches?limit=2", headers=headers)
+    assert wrong.status_code == batches.status_code == 404  # the mock's own answers
+    assert wrong.json()["type"] == batches.json()["type"] == "error"
+    reached = [(r.method, r.path, r.query) for r in provider.mock.received]
+    assert reached == [("GET", "/v1/messages", ""), ("GET", "/v1/messages/batches", "limit=2")]
+    assert openai_mock.received == []
