@@ -22,6 +22,7 @@ from proxy.compaction import Compactor
 from proxy.config import Settings, load_settings
 from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.dialects.chat_completions import CHAT
+from proxy.dialects.responses import RESPONSES
 from proxy.endpoints import CompactedRoute, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
 from proxy.metrics import Metrics, counter_family, gauge_family, model_families
@@ -192,6 +193,7 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/chat/completions", CompactedRoute(resources, CHAT), methods=["POST"]),
+        Route("/v1/responses", CompactedRoute(resources, RESPONSES), methods=["POST"]),
         Route("/v1/{path:path}", PassThrough(resources)),
         Mount("/admin", routes=admin_routes(settings, store, compactor)),
     ]
