@@ -12,6 +12,8 @@ sends the whole history as ``input``: a flat list of items. They become neutral 
   of another role or tool output is ONE assistant message; its calls are its ``tool_calls``
   (ids: ``call_id``). A round is kept or dropped whole, reasoning items included, never altered.
 - A tool output (``function_call_output`` and its kin) is a tool message answering its call.
+- A ``compaction`` item (the provider's own encrypted summary) is a developer message: at the
+  head of ``input`` it is preamble and always kept.
 
 Each neutral message carries ``_wire`` (its items, put back unchanged) and ``_hash`` (the same
 items, hashed into the checkpoint chain). Nothing is copied: a plan that changes nothing sends
@@ -63,6 +65,7 @@ _OUTPUTS = {
 _STUBBABLE = frozenset(
     {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 )
+_COMPACTION_TEXT = "[compaction: earlier turns, summarized by the provider]"
 # Calls that are chat tool calls of their own: the neutral call's type and its payload field.
 _TYPED_CALLS = {"function_call": ("function", "arguments"), "custom_tool_call": ("custom", "input")}
 # Fields of a call item that are not what it asks for (read as its arguments otherwise).
@@ -105,6 +108,11 @@ class _Builder:
             raise _invalid(index, "type", "must be a string")
         if kind == "message" or (kind is None and "role" in item):
             self._message(index, item)
+        elif kind == "compaction":
+            # The provider's own summary of earlier turns (``/v1/responses/compact``), encrypted:
+            # a developer message, so at the head of the input it is preamble, always kept.
+            self.turn = None
+            self.messages.append(_neutral("developer", _COMPACTION_TEXT, [item]))
         elif kind in _OUTPUTS and isinstance(item.get(_OUTPUTS[kind]), str):
             self._output(index, item, kind)
         else:

@@ -310,3 +310,17 @@ def test_cleared_tool_results_go_out_as_stubs_of_their_output(counter: TokenCoun
     assert sent[6] is items[6]  # a screenshot is no text to stub: sent as it came
     assert sent[8] is items[8]  # the newest round is never cleared
     assert [s is i for s, i in zip(sent, items, strict=True)].count(False) == 2
+
+
+def test_the_providers_own_compaction_item_at_the_head_is_always_kept(
+    counter: TokenCounter,
+) -> None:
+    compacted = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-earlier"}
+    items: list[Item] = [compacted]
+    for n in range(6):
+        items += [{"role": "user", "content": f"step {n} " + "w " * 50}, _said(n, 50)]
+    body = {"input": items}
+    _, p = _plan(body, counter, TriggerSettings(context_fraction=0, messages=1))
+    assert p.grouping.preamble_len == 1
+    sent = RESPONSES.render(body, p.with_summary("S"))["input"]
+    assert sent[0] is compacted and "<agent_summary>" in json.dumps(sent[1])
