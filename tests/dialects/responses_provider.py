@@ -56,6 +56,8 @@ class ResponsesProvider:
         self.chat = Provider(mock)  # sets mock.default to itself: take it over
         mock.default = self
         self.max_items: int | None = None  # more input items is a context_length_exceeded
+        # A streamed request over the window: 200, then response.failed (as OpenAI may answer).
+        self.overflow_in_stream = False
         self.stream_pieces = ["done", ": ", "ok"]
         self.sent_streams: list[bytes] = []  # each streamed body exactly as sent
         self.refusals: list[str] = []  # why an input was refused as malformed
@@ -76,6 +78,8 @@ class ResponsesProvider:
                 error = {"message": problem, "type": "invalid_request_error", "param": "input"}
                 return json_reply({"error": {**error, "code": None}}, status=400)
             if self.max_items is not None and len(items) > self.max_items:
+                if body.get("stream") and self.overflow_in_stream:
+                    return self._failed_stream(body)
                 return json_reply(OVERFLOW, status=400)
         else:
             items = [{"type": "message", "role": "user", "content": str(items)}]
@@ -177,6 +181,20 @@ class ResponsesProvider:
             },
         }
 
+    def _failed_stream(self, body: dict[str, Any]) -> Reply:
+        response = self._response(body, [], 0)
+        failed = {**response, "status": "failed", "error": OVERFLOW["error"], "usage": None}
+        created = {**response, "status": "in_progress", "usage": None}
+        return sse_reply(
+            _events(
+                [
+                    ("response.created", {"response": created}),
+                    ("response.in_progress", {"response": created}),
+                    ("response.failed", {"response": failed}),
+                ]
+            )
+        )
+
     def _stream(self, response: dict[str, Any]) -> Reply:
         created = {**response, "status": "in_progress", "output": [], "usage": None}
         events: list[tuple[str, dict[str, Any]]] = [
@@ -190,10 +208,7 @@ class ResponsesProvider:
                 )
             )
         events.append(("response.completed", {"response": response}))
-        chunks = [
-            f"event: {name}\ndata: {json.dumps({'type': name, 'sequence_number': i, **data})}\n\n".encode()
-            for i, (name, data) in enumerate(events)
-        ]
+        chunks = _events(events)
         with self._lock:
             self.sent_streams.append(b"".join(chunks))
         return sse_reply(list(chunks))
@@ -205,3 +220,11 @@ class ResponsesProvider:
 
     def raw_responses_requests(self) -> list[bytes]:
         return [r.body for r in self.mock.received if r.path.endswith("/responses")]
+
+
+def _events(events: list[tuple[str, dict[str, Any]]]) -> list[bytes | float]:
+    """One SSE chunk per event, as OpenAI writes them: ``event:`` and ``data:`` lines."""
+    return [
+        f"event: {name}\ndata: {json.dumps({'type': name, 'sequence_number': i, **data})}\n\n".encode()
+        for i, (name, data) in enumerate(events)
+    ]

@@ -192,9 +192,12 @@ def test_forks_of_a_partly_summarized_run(mock, start_proxy) -> None:
     assert provider.refusals == []
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_context_overflow_is_rescued_once(mock, start_proxy, stream: bool) -> None:
+@pytest.mark.parametrize(("stream", "in_stream"), [(False, False), (True, False), (True, True)])
+def test_context_overflow_is_rescued_once(mock, start_proxy, stream: bool, in_stream: bool) -> None:
+    """A 400 context_length_exceeded, or (streamed) a 200 whose events end in response.failed
+    with that code: the client sees only the answer to the compacted retry."""
     provider = ResponsesProvider(mock)
+    provider.overflow_in_stream = in_stream
     never = "trigger: {interactions: 100, context_fraction: 0}, keep: {tokens: 1500}"
     server = start_proxy(settings_for(mock.url, config(policy=never)))
     agent = Agent(client(server), "overflow").run(8)
