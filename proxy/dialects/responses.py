@@ -80,7 +80,7 @@ def parse_responses_body(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
     if "model" in body and not isinstance(body["model"], str):
         raise InvalidRequest("'model' must be a string", param="model", code="invalid_type")
-    if "input" in body and not isinstance(body["input"], str | list):
+    if body.get("input") is not None and not isinstance(body["input"], str | list):
         raise InvalidRequest(
             "'input' must be a string or an array of items", param="input", code="invalid_type"
         )
@@ -120,7 +120,7 @@ class _Builder:
 
     def _message(self, index: int, item: dict[str, Any]) -> None:
         role = item.get("role")
-        if role not in _MESSAGE_ROLES:
+        if not isinstance(role, str) or role not in _MESSAGE_ROLES:
             raise _invalid(index, "role", f"must be one of {', '.join(sorted(_MESSAGE_ROLES))}")
         content = _check_content(index, item.get("content"))
         if role == "assistant":
@@ -169,11 +169,14 @@ class _Builder:
             call = {"name": str(item.get("name", kind)), "arguments": _json(asks)}
             turn["tool_calls"].append({"id": call_id, "type": "function", "function": call})
         elif kind == "reasoning":
-            # Its summary is what of it is readable: counted, and in the summarizer's transcript
-            # marked as reasoning, not as something the assistant said.
-            for part in item.get("summary") or ():
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    turn["content"].append(_text(f"[reasoning] {part['text']}"))
+            # Its summary and its plain text (open-weight models send it back) are what of it
+            # is readable: counted, and in the summarizer's transcript marked as reasoning, not
+            # as something the assistant said. Encrypted content is neither.
+            for field in ("summary", "content"):
+                parts = item.get(field)
+                for part in parts if isinstance(parts, list) else ():
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        turn["content"].append(_text(f"[reasoning] {part['text']}"))
         else:
             # A hosted tool's item (web_search_call, mcp_call, ...) or one this proxy does not
             # know: named in the transcript where it happened, sent as it came.

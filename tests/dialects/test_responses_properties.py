@@ -26,6 +26,7 @@ from proxy.core.policy import (
 from proxy.core.summary_message import render_summary_message
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.responses import RESPONSES
+from proxy.errors import InvalidRequest
 
 Item = dict[str, Any]
 _CALL_KINDS = {"function_call", "custom_tool_call", "computer_call"}
@@ -324,3 +325,70 @@ def test_the_providers_own_compaction_item_at_the_head_is_always_kept(
     assert p.grouping.preamble_len == 1
     sent = RESPONSES.render(body, p.with_summary("S"))["input"]
     assert sent[0] is compacted and "<agent_summary>" in json.dumps(sent[1])
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_fields = st.sampled_from(
+    [
+        "type",
+        "role",
+        "content",
+        "call_id",
+        "id",
+        "name",
+        "arguments",
+        "input",
+        "output",
+        "summary",
+        "action",
+        "approval_request_id",
+        "text",
+    ]
+)
+_kinds = st.sampled_from(
+    [
+        "message",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "reasoning",
+        "computer_call_output",
+        "local_shell_call",
+        "local_shell_call_output",
+        "compaction",
+        "mcp_approval_response",
+        "item_reference",
+        "web_search_call",
+    ]
+)
+_hostile_items = st.dictionaries(_fields, _json_values | _kinds, max_size=5) | _json_values
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(_hostile_items, min_size=1, max_size=6))
+def test_hostile_items_are_a_clean_400_or_plan_and_render(
+    counter: TokenCounter, items: list[Any]
+) -> None:
+    """Never a crash (a 500): a malformed item is an InvalidRequest naming it."""
+    body = {"model": "gpt-4o", "input": items}
+    try:
+        neutral = RESPONSES.conversation(body)
+    except InvalidRequest as error:
+        assert error.param is not None and error.param.startswith("input[")
+        return
+    assert neutral is not None
+    p = plan(
+        neutral.messages,
+        PolicySettings(trigger=TriggerSettings(context_fraction=0, messages=1)),
+        model="gpt-4o",
+        counter=counter,
+        model_info=None,
+        prior=None,
+    )
+    wirejson.encode(RESPONSES.render(body, p))
