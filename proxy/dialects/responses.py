@@ -33,7 +33,6 @@ from proxy.dialects.base import HASHED, WIRE, Neutral, OpenAIWire, cleared_wires
 from proxy.errors import InvalidRequest
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
-_OWN_TURN_ROLES = frozenset({"user", "system", "developer"})  # each is a neutral message
 
 # Items the model emits that a later output item answers, and the field naming the call
 # (openai-python, src/openai/types/responses/response_input_item_param.py).
@@ -48,8 +47,7 @@ _CALLS = {
     "mcp_approval_request": "id",
 }
 # Items the client sends back with a call's result, and the field naming the call they answer.
-# ``local_shell_call_output`` names it by ``id`` (the call's id), looked up among call ids and
-# item ids alike.
+# ``local_shell_call_output`` names it by ``id``: the call's item id, mapped to its call_id.
 _OUTPUTS = {
     "function_call_output": "call_id",
     "custom_tool_call_output": "call_id",
@@ -60,6 +58,8 @@ _OUTPUTS = {
     "tool_search_output": "call_id",
     "mcp_approval_response": "approval_request_id",
 }
+# The outputs of function and custom tools: always linked by call_id, their output text or parts.
+_LINKED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 # Outputs whose ``output`` is the model-visible text a cleared result's stub replaces (the
 # others, a screenshot or a list of shell results, are sent as they came).
 _STUBBABLE = frozenset(
@@ -115,6 +115,8 @@ class _Builder:
             self.messages.append(_neutral("developer", _COMPACTION_TEXT, [item]))
         elif kind in _OUTPUTS and isinstance(item.get(_OUTPUTS[kind]), str):
             self._output(index, item, kind)
+        elif kind in _LINKED_OUTPUTS:
+            raise _invalid(index, "call_id", "must be a string")
         else:
             self._model_item(index, item, kind)
 
@@ -140,7 +142,7 @@ class _Builder:
 
     def _output(self, index: int, item: dict[str, Any], kind: str) -> None:
         self.turn = None
-        if kind in ("function_call_output", "custom_tool_call_output"):
+        if kind in _LINKED_OUTPUTS:
             output = item.get("output")
             if not isinstance(output, str | list):
                 raise _invalid(index, "output", "must be a string or an array")

@@ -309,6 +309,7 @@ def test_a_request_below_the_trigger_goes_out_byte_identical(mock, start_proxy) 
         ([{"type": "message", "role": "user", "content": 5}], "input[0].content"),
         ([{"role": "user", "content": "x"}, {"type": "function_call", "name": "f"}], "input[1]."),
         ([{"type": "function_call_output", "call_id": "c", "output": 5}], "input[0].output"),
+        ([{"type": "custom_tool_call_output", "output": "ok"}], "input[0].call_id"),
         (["just a string item"], "input[0]"),
     ],
 )
