@@ -21,7 +21,9 @@ from proxy.calibration import Calibration
 from proxy.compaction import Compactor
 from proxy.config import Settings, load_settings
 from proxy.core.tokens import TokenCounter
+from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
+from proxy.dialects.responses import RESPONSES
 from proxy.endpoints import CompactedRoute, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
 from proxy.export import Exporter, export_events, open_sinks
@@ -181,6 +183,12 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/chat/completions", CompactedRoute(resources, CHAT), methods=["POST"]),
+        Route("/v1/responses", CompactedRoute(resources, RESPONSES), methods=["POST"]),
+        Route("/v1/messages", CompactedRoute(resources, MESSAGES), methods=["POST"]),
+        # The rest of Anthropic's Messages API (count_tokens, batches, other methods) goes to the
+        # Anthropic upstream unchanged: never to the OpenAI one, with an Anthropic key.
+        Route("/v1/messages", PassThrough(resources, MESSAGES)),
+        Route("/v1/messages/{path:path}", PassThrough(resources, MESSAGES)),
         Route("/v1/{path:path}", PassThrough(resources)),
         Mount("/admin", routes=admin_routes(settings, store, compactor)),
     ]

@@ -2,7 +2,8 @@
 
 tiktoken counts what OpenAI models see; a Llama, Qwen or Claude tokenizer cuts the same text
 into more (or fewer) tokens, so a threshold of "80% of a 32k window" would fire late (or early).
-After each compacted response the provider's ``usage.prompt_tokens`` is compared with the
+After each compacted response the provider's ``usage.prompt_tokens`` (``usage.input_tokens``
+for the Responses API) is compared with the
 proxy's count of exactly what it sent; the ratio (provider tokens per counted token) is smoothed
 into a per-model factor, bounded by ``calibration.min_factor`` and ``max_factor``. The proxy keeps
 counting with tiktoken and instead divides what it compares counts with: the model's window and
@@ -30,12 +31,14 @@ OUTLIER = 2.0  # a sample beyond [min_factor / 2, max_factor * 2] is a misreadin
 SMOOTHING = 0.2  # weight of a new sample once a model has a few (a mean before that)
 MAX_MODELS = 1024
 
-_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+# Chat completions report ``prompt_tokens``, the Responses API ``input_tokens`` (cached ones
+# included, as with prompt_tokens); ``input_tokens_details`` does not match (a quote follows).
+_PROMPT_TOKENS = re.compile(rb'"(?:prompt|input)_tokens"\s*:\s*(\d+)')
 
 
 def prompt_tokens(tail: bytes) -> int | None:
-    """The last ``"prompt_tokens": N`` of a response's end. Text inside a JSON string cannot
-    match: its quotes are escaped."""
+    """The last ``"prompt_tokens": N`` (or ``"input_tokens": N``) of a response's end. Text
+    inside a JSON string cannot match: its quotes are escaped."""
     found = _PROMPT_TOKENS.findall(tail)
     return int(found[-1]) if found else None
 

@@ -42,7 +42,6 @@ from proxy.summarizer import SummarizerFactory
 from proxy.tenancy import (
     Credentials,
     credential_from_headers,
-    credential_headers,
     resolve_conversation_id,
 )
 from proxy.upstream.base import RawHeaders
@@ -202,7 +201,10 @@ class Compactor:
         )
         if conversation_id is None:
             return self._untouched(request, policy_name)
-        self.windows.want(body.get("model") or "", headers, policy)  # never waits
+        # The caller's key goes only where the dialect says it is valid (an Anthropic key never
+        # to the OpenAI upstream's /models, nor to its summarizer).
+        credentials = request.dialect.caller_credentials(headers, self.settings)
+        self.windows.want(body.get("model") or "", credentials, policy)  # never waits
         conv = await _work(  # strips incoming summaries: a pass over every message
             heavy,
             partial(
@@ -213,7 +215,7 @@ class Compactor:
                 messages,
                 policy_name,
                 policy,
-                credentials=credential_headers(headers),
+                credentials=credentials,
                 raw=request.raw,
                 heavy=heavy,
                 dialect=request.dialect,

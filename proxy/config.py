@@ -106,6 +106,16 @@ class UpstreamSettings(_Model):
         description="When set, replaces the client's Authorization towards the provider; "
         "when null, the client's Authorization is forwarded.",
     )
+    anthropic_base_url: str = Field(
+        "https://api.anthropic.com",
+        description="Base URL of the Anthropic Messages API (as the anthropic SDK's, without /v1): "
+        "where /v1/messages and /v1/messages/count_tokens are sent.",
+    )
+    anthropic_api_key: SecretStr | None = Field(
+        None,
+        description="When set, replaces the client's x-api-key towards the Anthropic API; "
+        "when null, the client's x-api-key is forwarded.",
+    )
     timeouts: Timeouts = Field(
         default_factory=Timeouts, description="Timeouts towards the provider."
     )
@@ -123,8 +133,10 @@ class UpstreamSettings(_Model):
 
     @model_validator(mode="after")
     def _check_url(self) -> UpstreamSettings:
-        if not re.match(r"^https?://[^/\s]+", self.base_url):
-            raise ValueError(f"base_url must be an http(s) URL, got {self.base_url!r}")
+        for name in ("base_url", "anthropic_base_url"):
+            url = getattr(self, name)
+            if not re.match(r"^https?://[^/\s]+", url):
+                raise ValueError(f"{name} must be an http(s) URL, got {url!r}")
         return self
 
 

@@ -164,31 +164,36 @@ class CompactedRoute:
 
 
 class PassThrough:
-    """Every other method and path under /v1: bodies streamed both ways, nothing changed."""
+    """Every other method and path under /v1: bodies streamed both ways, nothing changed.
+    ``wire``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens)."""
 
-    def __init__(self, resources: Resources) -> None:
+    def __init__(self, resources: Resources, wire: Dialect | OpenAIWire = OPENAI) -> None:
         self.resources = resources
+        self.wire = wire
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        res = self.resources
+        res, wire = self.resources, self.wire
         started = time.perf_counter()
         status, bytes_out, upstream_ms = 500, 0, None
         bytes_in = [0]
         try:
             try:
-                url = OPENAI.upstream_url(res.settings, scope)
+                url = wire.upstream_url(res.settings, scope)
             except ProxyError as error:
                 status = error.status_code
-                bytes_out = await send_error(send, error)
+                bytes_out = await send_error(send, error, body=wire.error_body(error))
                 return
-            headers = OPENAI.upstream_headers(
+            headers = wire.upstream_headers(
                 scope["headers"], res.settings, own_headers=res.own_headers
             )
             limit = res.settings.server.max_body_bytes
             if _declared_length(scope) > limit:
                 # Refused on the head alone: not one byte of it reaches the provider.
                 status = PayloadTooLarge.status_code
-                bytes_out = await send_error(send, body_too_large(limit), extra_headers=CLOSE)
+                error = body_too_large(limit)
+                bytes_out = await send_error(
+                    send, error, extra_headers=CLOSE, body=wire.error_body(error)
+                )
                 return
             status, bytes_out, upstream_ms = await forward(
                 res.upstream,
@@ -199,6 +204,7 @@ class PassThrough:
                 send,
                 body_counter=bytes_in if _has_body(scope) else None,
                 max_body_bytes=limit,
+                error_body=wire.error_body,
             )
         finally:
             res.observe("passthrough", status, upstream_ms)

@@ -17,7 +17,7 @@ A message without ``_wire`` in a plan was injected by the planner: the summary o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from proxy.core.planner import Plan
 from proxy.errors import ProxyError
 from proxy.forward import upstream_url
 from proxy.headers import request_headers_upstream
+from proxy.tenancy import Credentials, credential_headers
 from proxy.upstream.base import RawHeaders
 
 WIRE = "_wire"
@@ -77,6 +78,12 @@ class Dialect(Protocol):
         holds the provider's key)."""
         ...
 
+    def caller_credentials(self, headers: Mapping[str, str], settings: Settings) -> Credentials:
+        """The caller's credential headers that calls made on the caller's behalf (a summary,
+        window discovery) may send to the OpenAI-compatible upstream (``headers``: lower-cased
+        names); empty when the caller's key belongs to another provider."""
+        ...
+
 
 class OpenAIWire:
     """URL, auth and error shape of OpenAI's API (chat completions, Responses, pass-through)."""
@@ -102,6 +109,9 @@ class OpenAIWire:
             api_key=key.get_secret_value() if key is not None else None,
             drop_content_length=drop_content_length,
         )
+
+    def caller_credentials(self, headers: Mapping[str, str], settings: Settings) -> Credentials:
+        return credential_headers(headers)
 
 
 def wire_groups(plan: Plan) -> Iterator[tuple[list[Any] | None, list[dict[str, Any]]]]:

@@ -74,7 +74,8 @@ def dropping() -> Iterator[DroppingProvider]:
     ("path", "route", "headers"),
     [
         ("/v1/chat/completions", "chat", {"x-conversation-id": "c1"}),
-        ("/v1/responses", "passthrough", {}),
+        ("/v1/responses", "responses", {}),
+        ("/v1/completions", "passthrough", {}),
     ],
 )
 def test_mid_stream_failure_is_an_upstream_failure_logged_once(

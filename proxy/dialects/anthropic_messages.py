@@ -1,0 +1,367 @@
+"""``POST /v1/messages``: Anthropic's Messages API, translated to the core's neutral model and back
+(docs/dialects.md, "Anthropic Messages").
+
+Wire shapes (Anthropic's API reference, the ``anthropic`` SDK's ``types``): a body holds
+``system`` (a string or text blocks) and ``messages``, each ``{"role": "user" | "assistant",
+"content": str | [block]}``. Blocks are ``text``, ``image``, ``document``, ``tool_use`` (assistant:
+``id``, ``name``, ``input``), ``tool_result`` (user: ``tool_use_id``, ``content`` a string or
+blocks, ``is_error``), ``thinking`` / ``redacted_thinking`` (signed: sent back exactly as they
+came) and server-tool blocks; any block may carry a ``cache_control`` mark.
+
+The neutral messages:
+
+- each ``system`` text block is one system message (the preamble); a string system is one;
+- a user message holding ``tool_result`` blocks is one tool message per result
+  (``tool_call_id`` = ``tool_use_id``), never a new interaction; text next to the results is
+  counted with the last of them;
+- any other user message is one user message; an assistant message is one assistant message
+  whose ``tool_use`` blocks are its ``tool_calls`` (arguments: the input as JSON).
+
+Each carries its wire message in ``_wire`` (the tool messages of one user message share it) and,
+in ``_hash``, that wire message without its ``cache_control`` marks: clients such as Claude Code
+move the marks every turn, and a hash that saw them would never match a checkpoint.
+
+Rendering puts the summary (and any notice) into ``system`` as more text blocks after the
+client's, and the kept wire messages back unchanged, but for the tool results the plan cleared.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from proxy import wirejson
+from proxy.config import Settings
+from proxy.core.planner import Plan
+from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
+from proxy.errors import InvalidRequest, ProxyError
+from proxy.forward import upstream_url
+from proxy.headers import request_headers_upstream
+from proxy.tenancy import Credentials, credential_headers
+from proxy.upstream.base import RawHeaders
+
+_ROLES = ("user", "assistant")
+_CACHE_MARK = "cache_control"
+_AUTH_HEADERS = frozenset({b"x-api-key", b"authorization"})
+
+# Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def _invalid(message: str, param: str) -> InvalidRequest:
+    return InvalidRequest(f"{param}: {message}", param=param, code="invalid_request")
+
+
+def parse_messages_body(raw: bytes) -> dict[str, Any]:
+    """Parse and check what the translation relies on; anything else is the provider's to judge."""
+    body = wirejson.parse(raw)
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
+    if "model" in body and not isinstance(body["model"], str):
+        raise _invalid("must be a string", "model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _invalid("is required and must be a non-empty array", "messages")
+    system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        _check_blocks(system, "system", text_only=True)
+    for i, message in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(message, dict):
+            raise _invalid("must be an object", where)
+        if message.get("role") not in _ROLES:
+            raise _invalid("must be 'user' or 'assistant'", f"{where}.role")
+        content = message.get("content")
+        if not isinstance(content, str):
+            _check_blocks(content, f"{where}.content")
+    return body
+
+
+def _check_blocks(blocks: object, where: str, *, text_only: bool = False) -> None:
+    if not isinstance(blocks, list):
+        raise _invalid("must be a string or an array of content blocks", where)
+    for b, block in enumerate(blocks):
+        field = f"{where}.{b}"
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise _invalid("must be an object with a string type", field)
+        kind = block["type"]
+        if text_only and kind != "text":
+            raise _invalid("must be a text block", field)
+        if kind == "text" and not isinstance(block.get("text"), str):
+            raise _invalid("must be a string", f"{field}.text")
+        if kind in ("tool_use", "server_tool_use") and not isinstance(block.get("id"), str):
+            raise _invalid("must be a string", f"{field}.id")
+        if kind == "tool_use" and not isinstance(block.get("name"), str):
+            raise _invalid("must be a string", f"{field}.name")
+        if kind == "tool_result":
+            if not isinstance(block.get("tool_use_id"), str):
+                raise _invalid("must be a string", f"{field}.tool_use_id")
+            inner = block.get("content")
+            if inner is not None and not isinstance(inner, str):
+                _check_blocks(inner, f"{field}.content")
+
+
+# --- wire -> neutral -----------------------------------------------------------------------------
+
+
+def _unmarked(block: Any) -> Any:
+    """A block without its cache mark (nested tool_result blocks too); the same object if none."""
+    if not isinstance(block, dict):
+        return block
+    inner = block.get("content")
+    if _CACHE_MARK not in block and not isinstance(inner, list):
+        return block
+    out = {k: v for k, v in block.items() if k != _CACHE_MARK}
+    if block.get("type") == "tool_result" and isinstance(inner, list):
+        out["content"] = [_unmarked(b) for b in inner]
+    return out
+
+
+def _hashed(message: dict[str, Any]) -> dict[str, Any]:
+    """What of a wire message reaches the model: all of it but the cache marks."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    return {**message, "content": [_unmarked(b) for b in content]}
+
+
+def _part(block: dict[str, Any]) -> dict[str, Any] | None:
+    """A content block as a chat part, for counting and the summarizer's transcript."""
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block["text"]}
+    if kind == "thinking":
+        return {"type": "text", "text": str(block.get("thinking", ""))}
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": ""}}
+    if kind == "document":
+        source = block.get("source")
+        if isinstance(source, dict) and source.get("type") == "text":
+            return {"type": "text", "text": str(source.get("data", ""))}
+        data = source.get("data", "") if isinstance(source, dict) else ""
+        return {"type": "file", "file": {"file_data": str(data)}}
+    if kind in ("tool_use", "tool_result", "redacted_thinking"):
+        return None  # calls and results are their own fields; redacted thinking is opaque
+    # Server tool blocks, search results and whatever comes next: counted as their JSON.
+    return {"type": "text", "text": wirejson.encode(_unmarked(block)).decode()}
+
+
+def _parts(content: object) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return [p for b in content if isinstance(b, dict) and (p := _part(b)) is not None]
+
+
+def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
+    arguments = json.dumps(block.get("input", {}), ensure_ascii=False, sort_keys=True)
+    return {
+        "id": block["id"],
+        "type": "function",
+        "function": {"name": block["name"], "arguments": arguments},
+    }
+
+
+def _neutral_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
+    wire = [message]
+    hashed = _hashed(message)
+    content = message["content"]
+    if message["role"] == "assistant":
+        out: dict[str, Any] = {"role": "assistant", "content": _parts(content) or None}
+        if isinstance(content, list):
+            calls = [_tool_call(b) for b in content if b.get("type") == "tool_use"]
+            if calls:
+                out["tool_calls"] = calls
+        return [{**out, WIRE: wire, HASHED: hashed}]
+    results = (
+        [b for b in content if b.get("type") == "tool_result"] if isinstance(content, list) else []
+    )
+    if not results:
+        return [{"role": "user", "content": _parts(content), WIRE: wire, HASHED: hashed}]
+    tools = [
+        {
+            "role": "tool",
+            "tool_call_id": b["tool_use_id"],
+            "content": _parts(b.get("content", "")),
+            WIRE: wire,
+            HASHED: hashed,
+        }
+        for b in results
+    ]
+    extra = [b for b in content if b.get("type") != "tool_result"]
+    if extra:  # text after the results: counted with the last one, never a new interaction
+        last = tools[-1]
+        own = last["content"]
+        last["content"] = [
+            *([{"type": "text", "text": own}] if isinstance(own, str) else own),
+            *_parts(extra),
+        ]
+    return tools
+
+
+def _system_messages(system: object) -> list[dict[str, Any]]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [{"role": "system", "content": system, WIRE: [system]}]
+    return [
+        {"role": "system", "content": b["text"], WIRE: [b], HASHED: _unmarked(b)} for b in system
+    ]
+
+
+def _tools(tools: object) -> object:
+    """Anthropic tool definitions in the chat shape the counter reads."""
+    if not isinstance(tools, list):
+        return None
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.get("name", ""),
+                "description": t.get("description", ""),
+                "parameters": t.get("input_schema"),
+            },
+        }
+        for t in tools
+        if isinstance(t, dict)
+    ]
+
+
+# --- neutral -> wire -----------------------------------------------------------------------------
+
+
+def _render_system(body: dict[str, Any], plan: Plan) -> tuple[bool, object]:
+    """(present, value) of the ``system`` to send: the client's kept blocks, then what the plan
+    injected (the summary, a notice) as text blocks; the client's string stays a string when
+    nothing is added to it."""
+    kept: list[Any] = []
+    added: list[dict[str, Any]] = []
+    for message in plan.messages:
+        if message.get("role") != "system":
+            continue
+        wire = message.get(WIRE)
+        if wire is None:
+            added.append({"type": "text", "text": message["content"]})
+        else:
+            kept.extend(wire)
+    original = body.get("system")
+    if not added:
+        if isinstance(original, str) and kept == [original]:
+            return True, original
+        if not kept:
+            return False, None
+    blocks = [{"type": "text", "text": b} if isinstance(b, str) else b for b in kept]
+    return True, blocks + added
+
+
+def _render_messages(plan: Plan) -> list[dict[str, Any]]:
+    # (the wire message's list, tool_use_id) of every tool result the plan replaced by a stub
+    cleared = {
+        (id(plan.source[i][WIRE]), plan.source[i].get("tool_call_id", ""))
+        for i in plan.cleared
+        if plan.source[i].get(WIRE) is not None
+    }
+    out: list[dict[str, Any]] = []
+    for wire, members in wire_groups(plan):
+        if wire is None or members[0].get("role") == "system":
+            continue  # the system prompt is rendered on its own
+        stubs = {
+            m["tool_call_id"]: m["content"]
+            for m in members
+            if (id(wire), m.get("tool_call_id", "")) in cleared
+        }
+        for message in wire:
+            out.append(_stubbed(message, stubs) if stubs else message)
+    return out
+
+
+def _stubbed(message: dict[str, Any], stubs: Mapping[str, Any]) -> dict[str, Any]:
+    """``message`` with the content of the named tool results replaced by their stub; every
+    other field of those blocks (cache mark, is_error) and every other block unchanged."""
+    content = [
+        {**b, "content": stubs[b["tool_use_id"]]}
+        if b.get("type") == "tool_result" and b.get("tool_use_id") in stubs
+        else b
+        for b in message["content"]
+    ]
+    return {**message, "content": content}
+
+
+class AnthropicMessages:
+    name = "messages"
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        return parse_messages_body(raw)
+
+    def conversation(self, body: dict[str, Any]) -> Neutral:
+        messages = _system_messages(body.get("system"))
+        for message in body["messages"]:
+            messages.extend(_neutral_messages(message))
+        return Neutral(messages, _tools(body.get("tools")))
+
+    def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
+        out = {**body, "messages": _render_messages(plan)}
+        present, system = _render_system(body, plan)
+        if present:
+            out["system"] = system
+        else:
+            out.pop("system", None)
+        return out
+
+    def error_body(self, error: ProxyError) -> bytes:
+        kind = _ERROR_TYPES.get(error.status_code)
+        if kind is None:
+            kind = "invalid_request_error" if error.status_code < 500 else "api_error"
+        return json.dumps(
+            {"type": "error", "error": {"type": kind, "message": error.message}}
+        ).encode()
+
+    def upstream_url(self, settings: Settings, scope: dict) -> str:
+        # The base URL has no /v1 (as the anthropic SDK's): the client's path goes on whole.
+        return upstream_url(settings.upstream.anthropic_base_url, scope, strip_prefix="")
+
+    def upstream_headers(
+        self,
+        headers: RawHeaders,
+        settings: Settings,
+        *,
+        own_headers: frozenset[bytes],
+        drop_content_length: bool = False,
+    ) -> RawHeaders:
+        """The client's headers (``anthropic-version`` and ``anthropic-beta`` among them), with
+        ``x-api-key`` replaced when the proxy holds the provider's key."""
+        out = request_headers_upstream(
+            headers, own_headers=own_headers, api_key=None, drop_content_length=drop_content_length
+        )
+        key = settings.upstream.anthropic_api_key
+        if key is None:
+            return out
+        kept = [(n, v) for n, v in out if n.lower() not in _AUTH_HEADERS]
+        return [*kept, (b"x-api-key", key.get_secret_value().encode("latin-1"))]
+
+    def caller_credentials(self, headers: Mapping[str, str], settings: Settings) -> Credentials:
+        """The caller's Anthropic key goes to the summarizer only where the summarizer would
+        send it: the OpenAI-compatible upstream, and only when that is the same host as the
+        Anthropic upstream (a gateway serving both); never to another provider."""
+        if _origin(settings.upstream.base_url) != _origin(settings.upstream.anthropic_base_url):
+            return {}
+        return credential_headers(headers)
+
+
+def _origin(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme.lower()}://{rest.split('/', 1)[0].lower()}"
+
+
+MESSAGES = AnthropicMessages()

@@ -1,0 +1,305 @@
+"""``POST /v1/responses`` (OpenAI's Responses API): ``input`` items <-> the neutral model.
+
+A stateless Responses client (the OpenAI Agents SDK, Codex-style agents with ``store: false``)
+sends the whole history as ``input``: a flat list of items. They become neutral messages
+(docs/dialects.md, "Responses API"):
+
+- ``instructions`` is a system message at the head of the preamble whose ``_wire`` is empty: it
+  is counted and hashed, and rendering leaves the field where it is, never adding it as an item.
+- A ``message`` item of role user, system or developer is one neutral message of that role.
+- Everything a model turn produced (assistant ``message`` items, ``reasoning`` items, tool
+  calls, hosted tool items such as ``web_search_call``, anything unknown) up to the next message
+  of another role or tool output is ONE assistant message; its calls are its ``tool_calls``
+  (ids: ``call_id``). A round is kept or dropped whole, reasoning items included, never altered.
+- A tool output (``function_call_output`` and its kin) is a tool message answering its call.
+- A ``compaction`` item (the provider's own encrypted summary) is a developer message: at the
+  head of ``input`` it is preamble and always kept.
+
+Each neutral message carries ``_wire`` (its items, put back unchanged) and ``_hash`` (the same
+items, hashed into the checkpoint chain). Nothing is copied: a plan that changes nothing sends
+the client's bytes.
+
+With ``previous_response_id`` or ``conversation`` the provider holds the history, and a string
+``input`` is one user message with nothing to cut: those requests pass through unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy import wirejson
+from proxy.core.planner import Plan
+from proxy.dialects.base import HASHED, WIRE, Neutral, OpenAIWire, cleared_wires, wire_groups
+from proxy.errors import InvalidRequest
+
+_MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
+
+# Items the model emits that a later output item answers, and the field naming the call
+# (openai-python, src/openai/types/responses/response_input_item_param.py).
+_CALLS = {
+    "function_call": "call_id",
+    "custom_tool_call": "call_id",
+    "computer_call": "call_id",
+    "local_shell_call": "call_id",
+    "shell_call": "call_id",
+    "apply_patch_call": "call_id",
+    "tool_search_call": "call_id",
+    "mcp_approval_request": "id",
+}
+# Items the client sends back with a call's result, and the field naming the call they answer.
+# ``local_shell_call_output`` names it by ``id``: the call's item id, mapped to its call_id.
+_OUTPUTS = {
+    "function_call_output": "call_id",
+    "custom_tool_call_output": "call_id",
+    "computer_call_output": "call_id",
+    "local_shell_call_output": "id",
+    "shell_call_output": "call_id",
+    "apply_patch_call_output": "call_id",
+    "tool_search_output": "call_id",
+    "mcp_approval_response": "approval_request_id",
+}
+# The outputs of function and custom tools: always linked by call_id, their output text or parts.
+_LINKED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+# Outputs whose ``output`` is the model-visible text a cleared result's stub replaces (the
+# others, a screenshot or a list of shell results, are sent as they came).
+_STUBBABLE = frozenset(
+    {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
+)
+_COMPACTION_TEXT = "[compaction: earlier turns, summarized by the provider]"
+# Calls that are chat tool calls of their own: the neutral call's type and its payload field.
+_TYPED_CALLS = {"function_call": ("function", "arguments"), "custom_tool_call": ("custom", "input")}
+# Fields of a call item that are not what it asks for (read as its arguments otherwise).
+_CALL_META = frozenset({"type", "id", "call_id", "status", "name", "caller"})
+
+
+def parse_responses_body(raw: bytes) -> dict[str, Any]:
+    """Parse and check the parts every Responses request needs; items are checked only when the
+    request is compacted (``conversation``)."""
+    body = wirejson.parse(raw)
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidRequest("'model' must be a string", param="model", code="invalid_type")
+    if body.get("input") is not None and not isinstance(body["input"], str | list):
+        raise InvalidRequest(
+            "'input' must be a string or an array of items", param="input", code="invalid_type"
+        )
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise InvalidRequest(
+            "'instructions' must be a string", param="instructions", code="invalid_type"
+        )
+    return body
+
+
+class _Builder:
+    """Walks ``input`` once, building the neutral messages (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.turn: dict[str, Any] | None = None  # the assistant message being built
+        self.call_ids: dict[str, str] = {}  # a call's item id -> its call id
+
+    def add(self, index: int, item: object) -> None:
+        if not isinstance(item, dict):
+            raise _invalid(index, "", "must be an object")
+        kind = item.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise _invalid(index, "type", "must be a string")
+        if kind == "message" or (kind is None and "role" in item):
+            self._message(index, item)
+        elif kind == "compaction":
+            # The provider's own summary of earlier turns (``/v1/responses/compact``), encrypted:
+            # a developer message, so at the head of the input it is preamble, always kept.
+            self.turn = None
+            self.messages.append(_neutral("developer", _COMPACTION_TEXT, [item]))
+        elif kind in _OUTPUTS and isinstance(item.get(_OUTPUTS[kind]), str):
+            self._output(index, item, kind)
+        elif kind in _LINKED_OUTPUTS:
+            raise _invalid(index, "call_id", "must be a string")
+        else:
+            self._model_item(index, item, kind)
+
+    def _message(self, index: int, item: dict[str, Any]) -> None:
+        role = item.get("role")
+        if not isinstance(role, str) or role not in _MESSAGE_ROLES:
+            raise _invalid(index, "role", f"must be one of {', '.join(sorted(_MESSAGE_ROLES))}")
+        content = _check_content(index, item.get("content"))
+        if role == "assistant":
+            turn = self._open_turn()
+            turn[WIRE].append(item)
+            turn["content"].extend(content if isinstance(content, list) else [_text(content)])
+            return
+        self.turn = None
+        if (
+            role != "user"
+            and isinstance(content, list)
+            and all(p["type"] == "text" for p in content)
+        ):
+            # System text as a string: how a summary echoed back is recognised and stripped.
+            content = "\n".join(p["text"] for p in content)
+        self.messages.append(_neutral(role, content, [item]))
+
+    def _output(self, index: int, item: dict[str, Any], kind: str) -> None:
+        self.turn = None
+        if kind in _LINKED_OUTPUTS:
+            output = item.get("output")
+            if not isinstance(output, str | list):
+                raise _invalid(index, "output", "must be a string or an array")
+        key = item[_OUTPUTS[kind]]
+        message = _neutral("tool", _output_content(item.get("output")), [item])
+        if kind == "local_shell_call_output":
+            key = self.call_ids.get(key, key)
+        message["tool_call_id"] = key
+        self.messages.append(message)
+
+    def _model_item(self, index: int, item: dict[str, Any], kind: str | None) -> None:
+        turn = self._open_turn()
+        turn[WIRE].append(item)
+        if kind in _TYPED_CALLS:
+            family, payload = _TYPED_CALLS[kind]
+            for field in ("call_id", "name", payload):
+                if not isinstance(item.get(field), str):
+                    raise _invalid(index, field, "must be a string")
+            call = {"name": item["name"], payload: item[payload]}
+            turn["tool_calls"].append({"id": item["call_id"], "type": family, family: call})
+        elif kind in _CALLS and isinstance(item.get(_CALLS[kind]), str):
+            call_id = item[_CALLS[kind]]
+            if kind == "local_shell_call" and isinstance(item.get("id"), str):
+                self.call_ids[item["id"]] = call_id
+            asks = {k: v for k, v in item.items() if k not in _CALL_META}
+            call = {"name": str(item.get("name", kind)), "arguments": _json(asks)}
+            turn["tool_calls"].append({"id": call_id, "type": "function", "function": call})
+        elif kind == "reasoning":
+            # Its summary and its plain text (open-weight models send it back) are what of it
+            # is readable: counted, and in the summarizer's transcript marked as reasoning, not
+            # as something the assistant said. Encrypted content is neither.
+            for field in ("summary", "content"):
+                parts = item.get(field)
+                for part in parts if isinstance(parts, list) else ():
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        turn["content"].append(_text(f"[reasoning] {part['text']}"))
+        else:
+            # A hosted tool's item (web_search_call, mcp_call, ...) or one this proxy does not
+            # know: named in the transcript where it happened, sent as it came.
+            turn["content"].append(_text(f"[{kind or 'item_reference'}]"))
+
+    def _open_turn(self) -> dict[str, Any]:
+        if self.turn is None:
+            self.turn = _neutral("assistant", [], [])
+            self.turn["tool_calls"] = []
+            self.messages.append(self.turn)
+        return self.turn
+
+    def finish(self) -> list[dict[str, Any]]:
+        for message in self.messages:
+            if message["role"] == "assistant":
+                if not message["tool_calls"]:
+                    del message["tool_calls"]
+                if not message["content"]:
+                    message["content"] = None
+        return self.messages
+
+
+def _neutral(role: str, content: object, wire: list[Any]) -> dict[str, Any]:
+    return {"role": role, "content": content, WIRE: wire, HASHED: wire}
+
+
+def _invalid(index: int, field: str, problem: str) -> InvalidRequest:
+    where = f"input[{index}].{field}" if field else f"input[{index}]"
+    return InvalidRequest(f"{where}: {problem}", param=where, code="invalid_input_item")
+
+
+def _check_content(index: int, content: object) -> str | list[dict[str, Any]]:
+    """A message's content as neutral content: the string, or its parts as chat parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _invalid(index, "content", "must be a string or an array of parts")
+    parts = []
+    for p, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise _invalid(index, f"content[{p}]", "must be an object with a string type")
+        parts.append(_part(part))
+    return parts
+
+
+def _part(part: dict[str, Any]) -> dict[str, Any]:
+    """One content part as the chat part the core counts and the summarizer reads."""
+    kind = part["type"]
+    if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+        return {"type": "text", "text": part["text"]}
+    if kind == "refusal" and isinstance(part.get("refusal"), str):
+        return {"type": "refusal", "refusal": part["refusal"]}
+    if kind in ("input_image", "computer_screenshot"):
+        detail = part.get("detail")
+        return {"type": "image_url", "image_url": {"url": part.get("image_url"), "detail": detail}}
+    if kind == "input_file":
+        file = {"file_data": part.get("file_data") or "", "filename": part.get("filename") or ""}
+        return {"type": "file", "file": file}
+    return {"type": kind}
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _output_content(output: object) -> str | list[dict[str, Any]]:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return [
+            _part(p) if isinstance(p.get("type"), str) else _text(_json(p))
+            for p in output
+            if isinstance(p, dict)
+        ]
+    if isinstance(output, dict) and isinstance(output.get("type"), str):
+        return [_part(output)]
+    return "" if output is None else _json(output)
+
+
+def _json(value: object) -> str:
+    return wirejson.encode(value).decode("utf-8", "replace")
+
+
+class Responses(OpenAIWire):
+    name = "responses"
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        return parse_responses_body(raw)
+
+    def conversation(self, body: dict[str, Any]) -> Neutral | None:
+        items = body.get("input")
+        if body.get("previous_response_id") is not None or body.get("conversation") is not None:
+            return None  # the provider holds the history
+        if not isinstance(items, list) or not items:
+            return None  # a string is one user message: nothing to cut, sent as it came
+        builder = _Builder()
+        instructions = body.get("instructions")
+        if isinstance(instructions, str):
+            # Counted and hashed as the preamble's head; its empty _wire renders as no item.
+            builder.messages.append({"role": "system", "content": instructions, WIRE: []})
+        for index, item in enumerate(items):
+            builder.add(index, item)
+        return Neutral(builder.finish(), body.get("tools"))
+
+    def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
+        cleared = cleared_wires(plan)
+        items: list[Any] = []
+        for wire, members in wire_groups(plan):
+            if wire is None:  # the summary (or a notice) the planner put in
+                items += [
+                    {"type": "message", "role": m["role"], "content": m["content"]} for m in members
+                ]
+            elif id(wire) in cleared:
+                stub = members[0]["content"]
+                items += [
+                    {**item, "output": stub} if item.get("type") in _STUBBABLE else item
+                    for item in wire
+                ]
+            else:
+                items += wire
+        return {**body, "input": items}
+
+
+RESPONSES = Responses()

@@ -1,0 +1,363 @@
+"""The Responses API compacted end to end: the official openai client's ``responses.create``, a
+real proxy, and a mock provider that plays a reasoning model and refuses what the real API
+refuses (a tool output without its call, a call without its reasoning item).
+
+What a user notices: the agent's input stops growing, one summary item follows the preamble,
+reasoning items travel with their calls, the task and the newest round go out verbatim,
+``instructions`` is untouched, and whatever the proxy does not compact goes out byte for byte.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.dialects.responses_provider import INSTRUCTIONS, TASK, TOOLS, ResponsesProvider
+from tests.proxy.conftest import settings_for
+from tests.proxy.provider import SUMMARIZER_MODEL
+from tests.proxy.test_compaction_e2e import admin_get, redis_url, store_url  # noqa: F401
+
+DEVELOPER = {"type": "message", "role": "developer", "content": "Run the tests after each edit."}
+KEY = "sk-caller-one"
+ADMIN = "admin-token-for-tests"
+
+
+def config(store: str = "memory://", *, mode: str = "inline", policy: str = "") -> str:
+    policy = policy or "trigger: {input_tokens: 3000, context_fraction: 0}, keep: {tokens: 1500}"
+    return f"""
+store: {{url: "{store}", tenant_secret: "tests-tenant-secret-0123456789", max_checkpoints: 32}}
+summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
+admin: {{token: {ADMIN}}}
+policies:
+  default: {{strategy: summarize, mode: {mode}, {policy}}}
+  frozen: {{strategy: "off"}}
+"""
+
+
+def client(server: Any, key: str = KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0)
+
+
+def tool_output(n: int) -> str:
+    """A test run's output: ~300-500 tokens, different every round."""
+    return f"run {n}\n" + "".join(
+        f"FAILED tests/test_mod_{n}.py::test_case_{i} - AssertionError: expected {i}, got {i + n}\n"
+        for i in range(15 + (n * 7) % 10)
+    )
+
+
+class Agent:
+    """A stateless Responses agent loop, as the Agents SDK runs it with ``store=False``."""
+
+    def __init__(self, api: openai.OpenAI, conversation: str, history: list | None = None) -> None:
+        self.api = api
+        self.conversation = conversation
+        self.history: list[dict[str, Any]] = history if history is not None else [DEVELOPER, TASK]
+        self.lengths: list[int] = []  # len(history) at each request
+        self.headers: list[dict[str, str]] = []
+
+    def send(self, **extra: Any) -> Any:
+        """One request with the history as it stands (a raw response)."""
+        self.lengths.append(len(self.history))
+        return self.api.responses.with_raw_response.create(
+            model="gpt-4o",
+            instructions=INSTRUCTIONS,
+            input=self.history,
+            tools=TOOLS,
+            store=False,
+            extra_headers={"X-Conversation-Id": self.conversation},
+            **extra,
+        )
+
+    def run(self, rounds: int) -> Agent:
+        for _ in range(rounds):
+            raw = self.send()
+            self.headers.append(dict(raw.headers))
+            calls = []
+            for item in raw.parse().output:
+                self.history.append(item.model_dump(exclude_none=True))
+                if item.type == "function_call":
+                    calls.append(item.call_id)
+            assert calls, "the mock plays an agent that keeps calling tools"
+            for call_id in calls:
+                self.history.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": call_id,
+                        "output": tool_output(len(self.history)),
+                    }
+                )
+        return self
+
+
+def summary_items(items: list[dict[str, Any]]) -> list[int]:
+    return [i for i, item in enumerate(items) if "<agent_summary>" in json.dumps(item)]
+
+
+def check_sent(body: dict[str, Any], history: list[dict[str, Any]], length: int) -> None:
+    """The preamble, at most one summary item right after it, the task verbatim, then the
+    client's items verbatim up to what was its newest, starting at a round boundary; every
+    output after its call, every reasoning item right before the call it came with."""
+    assert body["instructions"] == INSTRUCTIONS
+    items = body["input"]
+    assert items[0] == DEVELOPER
+    summaries = summary_items(items)
+    assert summaries in ([], [1]), summaries
+    if summaries:
+        summary = items[1]
+        assert summary.keys() == {"type", "role", "content"}
+        assert (summary["type"], summary["role"]) == ("message", "system")
+        assert summary["content"].startswith("<agent_summary>")
+        assert summary["content"].count("agent_summary>") == 2
+    rest = items[2:] if summaries else items[1:]
+    assert rest[0] == TASK, "the task is never summarized away"
+    rest = rest[1:]
+    assert rest == history[length - len(rest) : length], "not the newest items verbatim"
+    if summaries and rest:
+        assert history[length - len(rest) - 1]["type"] == "function_call_output"
+    calls: set[str] = set()
+    for i, item in enumerate(rest):
+        if item["type"] == "function_call":
+            calls.add(item["call_id"])
+        if item["type"] == "function_call_output":
+            assert item["call_id"] in calls, "an output without its call"
+        if item["type"] == "reasoning":
+            assert rest[i + 1]["type"] == "function_call"
+
+
+def numbered_summaries(text: str) -> set[int]:
+    return {int(n) for n in re.findall(r"SUMMARY-(\d+):", text)}
+
+
+@pytest.mark.parametrize("mode", ["inline", "ahead"])
+def test_an_agent_run_is_compacted(mock, start_proxy, store_url: str, mode: str) -> None:  # noqa: F811
+    provider = ResponsesProvider(mock)
+    server = start_proxy(settings_for(mock.url, config(store_url, mode=mode)))
+    agent = Agent(client(server), "agent-1").run(30)
+    time.sleep(0.3)  # an ahead-of-time summary may still be finishing
+
+    assert provider.refusals == []
+    outcomes = [h["x-compaction"] for h in agent.headers]
+    assert "applied" in outcomes and "failed" not in outcomes and "blocked" not in outcomes
+    sent = provider.responses_requests()
+    assert len(sent) == 30
+    for body, length in zip(sent, agent.lengths, strict=True):
+        check_sent(body, agent.history, length)
+    assert summary_items(sent[-1]["input"]) == [1]
+    assert len(sent[-1]["input"]) < len(agent.history) / 3
+    assert int(agent.headers[-1]["x-compaction-tokens-before"]) > 12_000
+    # The summarizer read the run as a transcript: the task, the reasoning summaries marked as
+    # such, the calls; never the encrypted reasoning.
+    transcript = json.dumps(provider.chat.summary_requests()[0]["messages"])
+    assert "fix the failing tests" in transcript
+    assert "[reasoning] attempt 1: run the tests" in transcript
+    assert 'run_tests({\\"attempt\\": 1})' in transcript
+    assert "gAAAA" not in transcript
+    record = admin_get(server, "/conversations/agent-1").json()
+    assert record["checkpoints"]
+
+
+def test_forks_of_a_partly_summarized_run(mock, start_proxy) -> None:
+    provider = ResponsesProvider(mock)
+    server = start_proxy(settings_for(mock.url, config()))
+    agent = Agent(client(server), "agent-fork").run(30)
+    record = admin_get(server, "/conversations/agent-fork").json()
+    stored = [c["summary"] for c in record["checkpoints"]]
+    summaries = provider.chat.summaries
+    assert stored
+
+    # Replacing the newest round: the summary of the shared prefix is reused, not remade.
+    fork = Agent(agent.api, "agent-fork", copy.deepcopy(agent.history[:-3])).run(1)
+    sent = provider.responses_requests()[-1]
+    assert summary_items(sent["input"]) == [1]
+    assert any(s in sent["input"][1]["content"] for s in stored)
+    check_sent(sent, fork.history, fork.lengths[0])
+    assert provider.chat.summaries == summaries
+
+    # An edited tool output inside the summarized part: never a summary of what it lacks.
+    edited = copy.deepcopy(agent.history)
+    assert edited[4]["type"] == "function_call_output"
+    edited[4]["output"] = "a different test run"
+    before = len(provider.responses_requests())
+    Agent(agent.api, "agent-fork", edited).run(1)
+    sent = provider.responses_requests()[before]
+    assert not any(s in json.dumps(sent) for s in stored)
+    assert provider.refusals == []
+
+
+@pytest.mark.parametrize(("stream", "in_stream"), [(False, False), (True, False), (True, True)])
+def test_context_overflow_is_rescued_once(mock, start_proxy, stream: bool, in_stream: bool) -> None:
+    """A 400 context_length_exceeded, or (streamed) a 200 whose events end in response.failed
+    with that code: the client sees only the answer to the compacted retry."""
+    provider = ResponsesProvider(mock)
+    provider.overflow_in_stream = in_stream
+    never = "trigger: {interactions: 100, context_fraction: 0}, keep: {tokens: 1500}"
+    server = start_proxy(settings_for(mock.url, config(policy=never)))
+    agent = Agent(client(server), "overflow").run(8)
+    provider.max_items = 14
+    raw = agent.send(stream=stream)
+    if stream:
+        events = [event.type for event in raw.parse()]
+        assert events[-1] == "response.completed"
+    else:
+        assert raw.parse().output[-1].type == "function_call"
+    assert raw.headers["x-compaction-retried"] == "context_length_exceeded"
+    first, second = provider.responses_requests()[-2:]
+    assert first["input"] == agent.history
+    assert len(second["input"]) <= 14
+    check_sent(second, agent.history, agent.lengths[-1])
+    assert provider.chat.summaries == 1
+
+
+def test_tenants_never_share_state(mock, start_proxy) -> None:
+    provider = ResponsesProvider(mock)
+    server = start_proxy(settings_for(mock.url, config()))
+    agent = Agent(client(server), "same-id").run(30)
+    first_tenant = numbered_summaries(json.dumps(provider.responses_requests()))
+    assert first_tenant
+
+    # The same conversation id and history under another key: its own summary, never the first's.
+    other = Agent(client(server, "sk-caller-two"), "same-id", copy.deepcopy(agent.history[:-3]))
+    other.run(1)
+    sent = provider.responses_requests()[-1]
+    assert summary_items(sent["input"]) == [1]
+    assert numbered_summaries(json.dumps(sent)).isdisjoint(first_tenant)
+    assert admin_get(server, "/conversations/same-id", key="sk-caller-two").status_code == 200
+
+
+def _long_messages() -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [DEVELOPER]
+    for turn in range(12):
+        items.append(
+            {"type": "message", "role": "user", "content": f"Step {turn}: edit file {turn}"}
+        )
+        items.append(
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": f"edited {turn}", "annotations": []}],
+            }
+        )
+    items.append({"type": "message", "role": "user", "content": "last step"})
+    return items
+
+
+@pytest.mark.parametrize(
+    ("headers", "extra"),
+    [
+        ({"x-compaction": "off"}, {}),
+        ({"x-compaction-policy": "frozen"}, {}),
+        ({}, {"previous_response_id": "resp_earlier"}),
+        ({}, {"conversation": "conv_abc"}),
+        ({}, {"input": "a plain string input"}),
+    ],
+)
+def test_what_is_not_compacted_goes_out_byte_identical(mock, start_proxy, headers, extra) -> None:
+    provider = ResponsesProvider(mock)
+    interactions = "trigger: {interactions: 2, context_fraction: 0}, keep: {interactions: 1}"
+    server = start_proxy(settings_for(mock.url, config(policy=interactions)))
+    fields = {"model": "gpt-4o", "instructions": INSTRUCTIONS, "input": _long_messages(), **extra}
+    body = json.dumps(fields, indent=1).encode()
+    response = httpx.post(
+        f"{server.url}/v1/responses",
+        content=body,
+        headers={"authorization": f"Bearer {KEY}", "x-conversation-id": "c-off", **headers},
+    )
+    assert response.status_code == 200
+    assert response.headers["x-compaction"] == "off"
+    assert mock.received[-1].body == body
+    assert provider.chat.summaries == 0
+
+
+def test_previous_response_id_with_the_official_client_is_off(mock, start_proxy) -> None:
+    ResponsesProvider(mock)
+    server = start_proxy(settings_for(mock.url, config()))
+    raw = client(server).responses.with_raw_response.create(
+        model="gpt-4o",
+        previous_response_id="resp_earlier",
+        input=[{"type": "function_call_output", "call_id": "call_x", "output": "ok"}],
+        extra_headers={"X-Conversation-Id": "chained"},
+    )
+    assert raw.headers["x-compaction"] == "off"
+
+
+def test_a_request_below_the_trigger_goes_out_byte_identical(mock, start_proxy) -> None:
+    ResponsesProvider(mock)
+    server = start_proxy(settings_for(mock.url, config()))
+    body = json.dumps({"model": "gpt-4o", "input": _long_messages()}, indent=2).encode()
+    response = httpx.post(
+        f"{server.url}/v1/responses",
+        content=body,
+        headers={"authorization": f"Bearer {KEY}", "x-conversation-id": "small"},
+    )
+    assert response.headers["x-compaction"] == "skipped"
+    assert mock.received[-1].body == body
+
+
+@pytest.mark.parametrize(
+    ("input_", "param"),
+    [
+        (5, "input"),
+        ([{"type": "message", "role": "robot", "content": "hi"}], "input[0].role"),
+        ([{"type": "message", "role": "user", "content": 5}], "input[0].content"),
+        ([{"role": "user", "content": "x"}, {"type": "function_call", "name": "f"}], "input[1]."),
+        ([{"type": "function_call_output", "call_id": "c", "output": 5}], "input[0].output"),
+        ([{"type": "custom_tool_call_output", "output": "ok"}], "input[0].call_id"),
+        (["just a string item"], "input[0]"),
+    ],
+)
+def test_bad_input_is_a_400_in_openai_shape_and_stores_nothing(
+    mock, start_proxy, input_: Any, param: str
+) -> None:
+    ResponsesProvider(mock)
+    server = start_proxy(settings_for(mock.url, config()))
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(server).responses.create(
+            model="gpt-4o", input=input_, extra_headers={"X-Conversation-Id": "bad"}
+        )
+    error = caught.value.body
+    assert isinstance(error, dict) and error.keys() == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    assert error["param"].startswith(param)
+    assert mock.received == []
+    assert admin_get(server, "/conversations/bad").status_code == 404
+
+
+def test_streamed_events_are_relayed_byte_for_byte(mock, start_proxy) -> None:
+    provider = ResponsesProvider(mock)
+    interactions = "trigger: {interactions: 4, context_fraction: 0}, keep: {interactions: 2}"
+    server = start_proxy(settings_for(mock.url, config(policy=interactions)))
+    api = client(server)
+    with api.responses.with_streaming_response.create(
+        model="gpt-4o",
+        instructions=INSTRUCTIONS,
+        input=_long_messages(),
+        stream=True,
+        extra_headers={"X-Conversation-Id": "streamed"},
+    ) as response:
+        assert response.headers["x-compaction"] == "applied"
+        received = b"".join(response.iter_bytes())
+    assert received == provider.sent_streams[-1]
+    sent = provider.responses_requests()[-1]["input"]
+    assert summary_items(sent) == [1] and sent[0] == DEVELOPER
+    assert sent[-1] == {"type": "message", "role": "user", "content": "last step"}
+
+    # The SDK reads the relayed events as the provider's.
+    events = list(
+        api.responses.create(
+            model="gpt-4o",
+            instructions=INSTRUCTIONS,
+            input=_long_messages(),
+            stream=True,
+            extra_headers={"X-Conversation-Id": "streamed"},
+        )
+    )
+    assert [e.type for e in events][-1] == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "done: ok"
