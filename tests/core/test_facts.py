@@ -60,8 +60,9 @@ def test_equal_content_shares_facts_and_private_fields_do_not_count() -> None:
     assert len(cache) == 2
 
 
-def test_a_history_edited_in_any_hashed_field_misses_the_checkpoint_through_the_cache() -> None:
-    counter = TokenCounter()
+def test_a_history_edited_in_any_hashed_field_misses_the_checkpoint_through_the_cache(
+    counter: TokenCounter,
+) -> None:
     history = [user("go"), calls('{"path": "/tmp"}'), tool("c1", "listing"), user("next")]
     checkpoint = Checkpoint.create(history, covered=3, summary="S")
     record = Record(owner="o", checkpoints=(checkpoint,))
@@ -95,8 +96,7 @@ def test_a_message_validated_before_does_not_vouch_for_a_lookalike() -> None:
             validate_messages([{"role": "user", "content": "hi", "name": None}])
 
 
-def test_counts_follow_a_message_changed_between_requests() -> None:
-    counter = TokenCounter()
+def test_counts_follow_a_message_changed_between_requests(counter: TokenCounter) -> None:
     message = user("short")
     with counter.facts.request():
         before = counter.count_message(message, "gpt-4o")
@@ -142,3 +142,26 @@ def test_the_least_recently_used_go_first() -> None:
     for i in range(20):
         cache.scan([hot, user(f"cold {i}")])
     assert cache.scan([dict(hot)])[0] is known
+
+
+def test_worker_threads_sharing_a_small_cache_get_every_count_right(tiktoken_files: object) -> None:
+    """Bodies over proxy.compaction.OFFLOAD_BYTES are counted in worker threads while the event
+    loop counts others: a race may cost a recount, never a wrong count."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    counter = TokenCounter(cache_size=16)
+    histories = [[user(f"{t} {i} " + "word " * (i % 7)) for i in range(60)] for t in range(4)]
+    expected = [[TokenCounter().count_message(m, "gpt-4o") for m in h] for h in histories]
+
+    def count(history: list[Message]) -> list[list[int]]:
+        rounds = []
+        for _ in range(20):
+            with counter.facts.request():
+                rounds.append(counter.per_message([dict(m) for m in history], "gpt-4o"))
+        return rounds
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(count, histories))
+    for rounds, wanted in zip(results, expected, strict=True):
+        assert all(counts == wanted for counts in rounds)
+    assert len(counter.facts) <= 16
