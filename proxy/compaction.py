@@ -250,10 +250,11 @@ class Compactor:
         messages = neutral.messages
         limit = self.settings.server.max_messages
         if len(messages) > limit:
+            field = dialect.history_field  # counted in the core's messages
             raise PayloadTooLarge(
-                f"'messages' holds {len(messages)} messages; this proxy compacts at most {limit} "
+                f"'{field}' holds {len(messages)} messages; this proxy compacts at most {limit} "
                 "(server.max_messages)",
-                param="messages",
+                param=field,
                 code="too_many_messages",
             )
         return neutral

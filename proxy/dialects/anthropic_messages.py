@@ -300,6 +300,7 @@ def _stubbed(message: dict[str, Any], stubs: Mapping[str, Any]) -> dict[str, Any
 
 class AnthropicMessages:
     name = "messages"
+    history_field = "messages"
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_messages_body(raw)

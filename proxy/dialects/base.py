@@ -46,6 +46,7 @@ class Dialect(Protocol):
     """One wire dialect (chat completions, Responses API, Anthropic Messages)."""
 
     name: str  # the route label of metrics and logs
+    history_field: str  # the body field holding the conversation, named in errors
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         """The parsed body; InvalidRequest when no request of this dialect could be valid."""

@@ -30,6 +30,7 @@ def parse_chat_body(raw: bytes) -> dict[str, Any]:
 
 class ChatCompletions(OpenAIWire):
     name = "chat"
+    history_field = "messages"
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_chat_body(raw)

@@ -264,6 +264,7 @@ def _json(value: object) -> str:
 
 class Responses(OpenAIWire):
     name = "responses"
+    history_field = "input"
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_responses_body(raw)

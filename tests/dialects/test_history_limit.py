@@ -1,0 +1,54 @@
+"""server.max_messages on every dialect: a 413 that names the dialect's own history field, in its
+error shape, and nothing forwarded."""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+import pytest
+
+from tests.dialects.responses_provider import ResponsesProvider
+from tests.proxy.conftest import settings_for
+from tests.proxy.provider import SUMMARIZER_MODEL
+
+CONFIG = f"""
+server: {{max_messages: 3}}
+store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}}
+summarizer: {{model: {SUMMARIZER_MODEL}}}
+"""
+HEADERS = {"X-Conversation-Id": "too-long"}
+TURNS = [
+    {"role": "user", "content": "one"},
+    {"role": "assistant", "content": "two"},
+    {"role": "user", "content": "three"},
+    {"role": "assistant", "content": "four"},
+    {"role": "user", "content": "five"},
+]
+
+
+def test_a_responses_input_over_the_limit_names_input(mock, start_proxy) -> None:
+    ResponsesProvider(mock)
+    server = start_proxy(settings_for(mock.url, CONFIG))
+    api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-one", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as caught:
+        api.responses.create(model="gpt-4o", input=TURNS, extra_headers=HEADERS)
+    assert caught.value.status_code == 413
+    assert caught.value.body["param"] == "input"
+    assert "'input' holds 5 messages" in caught.value.body["message"]
+    assert mock.received == []
+
+
+def test_an_anthropic_conversation_over_the_limit_names_messages(mock, start_proxy) -> None:
+    server = start_proxy(
+        settings_for(mock.url, CONFIG + f'upstream: {{anthropic_base_url: "{mock.url}"}}\n')
+    )
+    api = anthropic.Anthropic(base_url=server.url, api_key="sk-ant-one", max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        api.messages.create(
+            model="claude-mock-1", max_tokens=16, messages=TURNS, extra_headers=HEADERS
+        )
+    assert caught.value.status_code == 413
+    body = caught.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "request_too_large"
+    assert "'messages' holds 5 messages" in body["error"]["message"]
+    assert mock.received == []
