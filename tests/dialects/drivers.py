@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -239,6 +241,7 @@ class Driver:
 
     name = ""
     route = ""
+    label = ""  # the route's label in the proxy's metrics
     field = "messages"  # the body's history
     round_size = 2  # wire entries one round adds: the model's answer and the tool's output
     model = "gpt-4o"
@@ -250,6 +253,7 @@ class Driver:
         self._start_proxy = start_proxy
         self.server: ThreadedUvicorn | None = None
         self._closers: list[Callable[[], None]] = []
+        self._answered = 0  # requests of this driver the proxy answered
 
     def start(self, yaml_text: str) -> ThreadedUvicorn:
         url = self.mock.url  # type: ignore[attr-defined]
@@ -284,6 +288,7 @@ class Driver:
         for _ in range(rounds):
             mark = len(self.mock.received)
             response_headers, calls = self._round(client, run.history)
+            self._answered += 1
             exchange = Exchange(sent[-1], response_headers, mark)
             exchange.prompts = self._prompts_since(mark)
             run.exchanges.append(exchange)
@@ -293,6 +298,25 @@ class Driver:
             if between is not None:
                 between()
         return run
+
+    def settle(self) -> None:
+        """Waits (bounded) until the proxy is done with every request answered so far and has no
+        summary queued or running: an agent whose tool takes longer than a summary, whatever the
+        load. A request's after-response work (queueing a summary ahead of time) runs once its
+        last byte is sent, before the request is counted in /metrics: so the count comes first."""
+        assert self.server is not None
+        counted = re.compile(
+            rf'^proxy_requests_total{{route="{self.label}",status="200"}} (\S+)$', re.MULTILINE
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            metrics = httpx.get(f"{self.server.url}/metrics").text
+            found = counted.search(metrics)
+            done = found is not None and float(found.group(1)) >= self._answered
+            if done and "\nproxy_background_queue_depth 0.0\n" in metrics:
+                return
+            time.sleep(0.02)
+        raise AssertionError("the proxy did not settle within 10 s")
 
     def _prompts_since(self, mark: int) -> list[tuple[int, dict[str, Any]]]:
         found = []
@@ -386,7 +410,7 @@ class _OpenAIDriver(Driver):
 
 
 class ChatDriver(_OpenAIDriver):
-    name = "chat"
+    name = label = "chat"
     route = "/v1/chat/completions"
     view = staticmethod(chat_view)
     tools: ClassVar[Any] = [
@@ -427,7 +451,7 @@ class ChatDriver(_OpenAIDriver):
 
 
 class ResponsesDriver(_OpenAIDriver):
-    name = "responses"
+    name = label = "responses"
     route = "/v1/responses"
     field = "input"
     round_size = 3  # a reasoning item comes with each call
@@ -479,6 +503,7 @@ class ResponsesDriver(_OpenAIDriver):
 
 class AnthropicDriver(Driver):
     name = "anthropic"
+    label = "messages"
     route = "/v1/messages"
     model = "claude-mock-1"
     view = staticmethod(anthropic_view)

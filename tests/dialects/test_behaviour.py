@@ -32,7 +32,6 @@ from tests.dialects.drivers import (
     config,
 )
 from tests.mock_upstream import MockUpstream
-from tests.proxy.test_agent_runs import background_idle
 from tests.proxy.test_compaction_e2e import admin_get
 from tests.servers import ThreadedUvicorn
 
@@ -150,7 +149,7 @@ def test_forks_reuse_the_shared_summary_and_edits_never_get_one(driver: Driver) 
 
 def test_ahead_mode_summarizes_after_a_response_and_no_turn_waits(driver: Driver) -> None:
     server = driver.start(config(mode="ahead"))
-    run = driver.run("ahead", ROUNDS, between=background_idle(server))
+    run = driver.run("ahead", ROUNDS, between=driver.settle)
 
     outcomes = run.outcomes
     assert "applied" in outcomes and "failed" not in outcomes, outcomes
