@@ -21,7 +21,7 @@ import copy
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -46,9 +46,10 @@ TASK = "AGENT: fix the failing tests, one TOOL call at a time"
 
 def config(*, mode: str = "inline", trigger: str = "input_tokens: 2000") -> str:
     """The same proxy configuration for every dialect: memory store, the mock summarizer, the
-    admin API, and a default policy that summarizes a long agent run."""
-    keep = f"\n    trigger: {{{trigger}, context_fraction: 0}}\n    keep: {{tokens: 900}}"
-    return agent_config(mode=mode, policy=keep)
+    admin API, a default policy that summarizes a long agent run, and ``frozen`` (off)."""
+    policy = f"\n    trigger: {{{trigger}, context_fraction: 0}}\n    keep: {{tokens: 900}}"
+    frozen = '\n  frozen: {strategy: "off"}'  # the next entry of ``policies:``
+    return agent_config(mode=mode, policy=policy + frozen)
 
 
 # --- the neutral view ---------------------------------------------------------------------------
@@ -578,9 +579,3 @@ def _json(value: Any) -> bytes:
 DRIVERS: dict[str, type[Driver]] = {
     d.name: d for d in (ChatDriver, ResponsesDriver, AnthropicDriver)
 }
-
-
-def iter_prompts(run: Run) -> Iterator[tuple[Exchange, int, dict[str, Any]]]:
-    for exchange in run.exchanges:
-        for index, body in exchange.prompts:
-            yield exchange, index, body

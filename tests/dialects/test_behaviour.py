@@ -204,12 +204,14 @@ def test_tenants_never_share_state(driver: Driver) -> None:
     assert admin_get(server, "/conversations/same-id", key="sk-tenant-one").json() == record_one
 
 
-@pytest.mark.parametrize("switch", ["header", "no-conversation"])
+SWITCHES = {"header": {"X-Compaction": "off"}, "policy": {"X-Compaction-Policy": "frozen"}}
+
+
+@pytest.mark.parametrize("switch", ["header", "policy", "no-conversation"])
 def test_the_off_switch_sends_the_clients_bytes(driver: Driver, switch: str) -> None:
     driver.start(config())
     conversation = None if switch == "no-conversation" else "off"
-    headers = {"X-Compaction": "off"} if switch == "header" else {}
-    run = driver.run(conversation, ROUNDS, headers=headers)
+    run = driver.run(conversation, ROUNDS, headers=SWITCHES.get(switch))
 
     for exchange in run.exchanges:
         assert exchange.outcome == "off"
@@ -227,9 +229,11 @@ def test_bad_input_is_a_4xx_in_the_dialects_shape_and_changes_nothing(driver: Dr
         assert response.status_code == 400, (body, response.text)
         kind, message = driver.error_of(response)
         assert kind == "invalid_request_error" and fragment in message, message
-    response = driver.post_raw(driver.good_body(), {"x-conversation-id": "bad id"})
-    assert response.status_code == 400
-    assert "X-Conversation-Id" in driver.error_of(response)[1]
+    for headers in ({"x-conversation-id": "bad id"}, {"x-compaction-policy": "no-such"}):
+        response = driver.post_raw(driver.good_body(), {"x-conversation-id": "bad", **headers})
+        assert response.status_code == 400, response.text
+        kind, message = driver.error_of(response)
+        assert kind == "invalid_request_error" and next(iter(headers)) in message.lower()
 
     assert driver.mock.received == []
     assert admin_get(server, "/conversations/bad").status_code == 404
