@@ -302,38 +302,8 @@ def test_forks_reuse_the_shared_summary_and_never_borrow_another(
     before = len(provider.requests())
     other.turn("go on")
     sent = provider.requests()[before]
-    assert not any(s in json.dumps(sent) for s in stored)
-
-
-def test_ahead_mode_summarizes_after_the_response(serve, provider, summarizer) -> None:
-    server = serve(config(mode="ahead"))
-    agent = Agent(client_for(server, "ahead"))
-    for n in range(6):
-        agent.turn(f"Step {n} TOOL", rounds=2, padding=8)
-    outcomes = [h["x-compaction"] for h in agent.headers]
-    first = outcomes.index("applied")
-    # Near the trigger the summary was made after a response, off the request path; once the
-    # trigger fired it applied at once, no request waiting for the summarizer.
-    assert set(outcomes[:first]) <= {"skipped", "pending"} and "failed" not in outcomes
-    assert summarizer.summaries >= 1
-    for body, sent in zip(provider.requests(), agent.sent, strict=True):
-        check_sent(body, sent)
-    assert summaries_in(provider.requests()[first])
-
-
-def test_an_overflow_is_rescued(serve, provider, summarizer) -> None:
-    server = serve(config(policy="\n    trigger: {context_fraction: 0}"))
-    provider.max_messages = 12
-    agent = Agent(client_for(server, "overflow"))
-    agent.turn("AGENT: fix it TOOL", rounds=10, padding=4)
-
-    retried = [h for h in agent.headers if h.get("x-compaction-retried")]
-    assert retried and retried[0]["x-compaction-retried"] == "context_length_exceeded"
-    refused = [r for r in provider.requests() if len(r["messages"]) > 12]
-    rescues = [r for r in provider.requests() if summaries_in(r)]
-    assert refused and rescues
-    for body in rescues:
-        assert problems(body) == [] and len(body["messages"]) <= 12
+    # (the texts themselves: a summary holds newlines, which json.dumps would escape)
+    assert not any(s in text for text in system_texts(sent) for s in stored)
 
 
 def keyed_client(
@@ -420,29 +390,6 @@ def test_untouched_requests_are_byte_identical(serve, provider, summarizer, swit
         metadata={"user_id": "u-1"},
     )
     assert provider.mock.received[-1].body == bodies[-1]
-
-
-def test_bad_input_is_an_anthropic_error_and_changes_nothing(serve, provider, summarizer) -> None:
-    server = serve()
-    client = client_for(server, "bad")
-    with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.create(
-            model=MODEL, max_tokens=16, messages=[{"role": "robot", "content": "hi"}]
-        )
-    assert caught.value.status_code == 400
-    body = caught.value.body
-    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
-    assert "messages.0.role" in body["error"]["message"]
-    with pytest.raises(anthropic.BadRequestError):
-        client.messages.create(model=MODEL, max_tokens=16, messages=[])
-    raw = httpx.post(
-        f"{server.url}/v1/messages",
-        content=b"{not json",
-        headers={"x-api-key": KEY, "x-conversation-id": "bad"},
-    )
-    assert raw.status_code == 400 and raw.json()["type"] == "error"
-    assert provider.mock.received == []
-    assert admin_get(server, "/conversations/bad").status_code == 404
 
 
 def test_a_body_over_the_limit_is_a_413_in_anthropics_shape(serve, provider, summarizer) -> None:
