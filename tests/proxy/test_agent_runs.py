@@ -10,6 +10,7 @@ a prompt over the window is rescued instead of failing.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -92,16 +93,24 @@ def run_agent(
 
 
 def background_idle(server: ThreadedUvicorn) -> Callable[[], None]:
-    """Waits (bounded) until the proxy has no summary queued or running: an agent whose rounds
-    take longer than a summary, whatever the load on the test machine."""
+    """Waits (bounded) until the proxy is done with every chat request answered so far and has no
+    summary queued or running: an agent whose rounds take longer than a summary, whatever the
+    load on the test machine. A request queues its ahead-of-time summary after its last byte is
+    sent and before /metrics counts it, so the count is awaited first."""
+    counted = re.compile(r'^proxy_requests_total\{route="chat",status="200"\} (\S+)$', re.MULTILINE)
+    answered = [0]
 
     def wait() -> None:
+        answered[0] += 1
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             metrics = httpx.get(f"{server.url}/metrics").text
-            if "proxy_background_queue_depth 0.0" in metrics:
+            found = counted.search(metrics)
+            done = found is not None and float(found.group(1)) >= answered[0]
+            if done and "\nproxy_background_queue_depth 0.0\n" in metrics:
                 return
             time.sleep(0.02)
+        raise AssertionError("the proxy did not settle within 10 s")
 
     return wait
 
