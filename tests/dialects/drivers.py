@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -38,6 +36,7 @@ from tests.proxy.test_agent_runs import config as agent_config
 from tests.proxy.test_agent_runs import tool_output
 from tests.proxy.test_compaction_e2e import KEY
 from tests.servers import ThreadedUvicorn
+from tests.settle import settle
 
 SUMMARY_OPEN = "<agent_summary>"
 PREAMBLE = "You are a careful coding agent."
@@ -303,21 +302,9 @@ class Driver:
     def settle(self) -> None:
         """Waits (bounded) until the proxy is done with every request answered so far and has no
         summary queued or running: an agent whose tool takes longer than a summary, whatever the
-        load. A request's after-response work (queueing a summary ahead of time) runs once its
-        last byte is sent, before the request is counted in /metrics: so the count comes first."""
+        load (tests/settle.py)."""
         assert self.server is not None
-        counted = re.compile(
-            rf'^proxy_requests_total{{route="{self.label}",status="200"}} (\S+)$', re.MULTILINE
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            metrics = httpx.get(f"{self.server.url}/metrics").text
-            found = counted.search(metrics)
-            done = found is not None and float(found.group(1)) >= self._answered
-            if done and "\nproxy_background_queue_depth 0.0\n" in metrics:
-                return
-            time.sleep(0.02)
-        raise AssertionError("the proxy did not settle within 10 s")
+        settle(self.server.url, route=self.label, answered=self._answered)
 
     def _prompts_since(self, mark: int) -> list[tuple[int, dict[str, Any]]]:
         found = []

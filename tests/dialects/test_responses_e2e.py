@@ -10,7 +10,6 @@ reasoning items travel with their calls, the task and the newest round go out ve
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
@@ -21,6 +20,7 @@ from tests.dialects.responses_provider import INSTRUCTIONS, TASK, TOOLS, Respons
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL
 from tests.proxy.test_compaction_e2e import admin_get, redis_url, store_url  # noqa: F401
+from tests.settle import settle
 
 DEVELOPER = {"type": "message", "role": "developer", "content": "Run the tests after each edit."}
 KEY = "sk-caller-one"
@@ -135,7 +135,7 @@ def test_an_agent_run_is_compacted(mock, start_proxy, store_url: str, mode: str)
     provider = ResponsesProvider(mock)
     server = start_proxy(settings_for(mock.url, config(store_url, mode=mode)))
     agent = Agent(client(server), "agent-1").run(30)
-    time.sleep(0.3)  # an ahead-of-time summary may still be finishing
+    settle(server.url, route="responses", answered=30)  # the last ahead summary may be running
 
     assert provider.refusals == []
     outcomes = [h["x-compaction"] for h in agent.headers]

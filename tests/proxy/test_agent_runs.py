@@ -10,8 +10,6 @@ a prompt over the window is rescued instead of failing.
 from __future__ import annotations
 
 import json
-import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +21,7 @@ from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider
 from tests.proxy.test_compaction_e2e import admin_get, client_for, redis_url, store_url  # noqa: F401
 from tests.servers import ThreadedUvicorn
+from tests.settle import settle
 
 TASK = {"role": "user", "content": "AGENT: fix the failing tests"}
 TOOLS = [
@@ -95,22 +94,12 @@ def run_agent(
 def background_idle(server: ThreadedUvicorn) -> Callable[[], None]:
     """Waits (bounded) until the proxy is done with every chat request answered so far and has no
     summary queued or running: an agent whose rounds take longer than a summary, whatever the
-    load on the test machine. A request queues its ahead-of-time summary after its last byte is
-    sent and before /metrics counts it, so the count is awaited first."""
-    counted = re.compile(r'^proxy_requests_total\{route="chat",status="200"\} (\S+)$', re.MULTILINE)
+    load on the test machine (tests/settle.py)."""
     answered = [0]
 
     def wait() -> None:
         answered[0] += 1
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            metrics = httpx.get(f"{server.url}/metrics").text
-            found = counted.search(metrics)
-            done = found is not None and float(found.group(1)) >= answered[0]
-            if done and "\nproxy_background_queue_depth 0.0\n" in metrics:
-                return
-            time.sleep(0.02)
-        raise AssertionError("the proxy did not settle within 10 s")
+        settle(server.url, route="chat", answered=answered[0])
 
     return wait
 
