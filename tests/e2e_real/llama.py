@@ -125,6 +125,7 @@ class Tap:
     def __init__(self, target: str) -> None:
         self.target = target.rstrip("/")
         self.exchanges: list[Exchange] = []
+        self._open = 0  # exchanges under way, recorded once their response has been relayed
         self._lock = threading.Lock()
         self._client: httpx.AsyncClient | None = None
         self.app = Starlette(
@@ -133,6 +134,14 @@ class Tap:
         )
 
     def since(self, start: int) -> list[Exchange]:
+        """The exchanges from ``start`` on, once none is under way (bounded): the tap records an
+        exchange just after relaying its last byte, so a client can finish reading first."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._open == 0:
+                    break
+            time.sleep(0.01)
         with self._lock:
             return list(self.exchanges[start:])
 
@@ -154,15 +163,22 @@ class Tap:
     async def _forward(self, request: Request) -> Response:
         assert self._client is not None
         body = await request.body()
-        upstream = await self._client.send(
-            self._client.build_request(
-                request.method,
-                self.target + request.url.path,
-                content=body,
-                headers={"content-type": "application/json"},
-            ),
-            stream=True,
-        )
+        with self._lock:
+            self._open += 1
+        try:
+            upstream = await self._client.send(
+                self._client.build_request(
+                    request.method,
+                    self.target + request.url.path,
+                    content=body,
+                    headers={"content-type": "application/json"},
+                ),
+                stream=True,
+            )
+        except BaseException:
+            with self._lock:
+                self._open -= 1
+            raise
 
         async def relay() -> AsyncIterator[bytes]:
             seen, size = b"", 0
@@ -178,6 +194,7 @@ class Tap:
                     self.exchanges.append(
                         Exchange(json.loads(body or b"{}"), upstream.status_code, size, seen)
                     )
+                    self._open -= 1
                 await upstream.aclose()
 
         return StreamingResponse(
