@@ -25,7 +25,6 @@ from proxy.calibration import Calibration, effective_window, prompt_tokens
 from proxy.config import Settings
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.core.interactions import strip_agent_summaries
-from proxy.core.messages import validate_messages
 from proxy.core.planner import Plan, PriorSummary, SummaryRequest, plan
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.tokens import TokenCounter
@@ -212,14 +211,13 @@ class Compactor:
                 tenant,
                 conversation_id,
                 body,
-                messages,
+                neutral,
                 policy_name,
                 policy,
                 credentials=credentials,
                 raw=request.raw,
                 heavy=heavy,
                 dialect=request.dialect,
-                tools=neutral.tools,
             ),
         )
         record = await self.store.load(tenant, conversation_id)
@@ -279,7 +277,7 @@ class Compactor:
         tenant: str,
         conversation_id: str,
         body: dict[str, Any],
-        messages: list[dict[str, Any]],
+        neutral: Neutral,
         policy_name: str,
         policy: PolicySettings,
         *,
@@ -287,7 +285,6 @@ class Compactor:
         raw: bytes = b"",
         heavy: bool = False,
         dialect: Dialect = CHAT,
-        tools: object = None,
     ) -> Conversation:
         model = body.get("model") or ""
         return Conversation(
@@ -299,12 +296,14 @@ class Compactor:
             model=model,
             model_info=self._model_info(model),
             credentials=credentials,
-            messages=strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt),
+            messages=strip_agent_summaries(
+                neutral.messages, final_prompt=policy.summarizer.final_prompt
+            ),
             body=body,
             raw=raw,
             heavy=heavy,
             dialect=dialect,
-            tools=tools if dialect is not CHAT else body.get("tools"),
+            tools=neutral.tools,
         )
 
     def _model_info(self, model: str) -> ModelInfo | None:
@@ -348,9 +347,14 @@ class Compactor:
         credentials: Credentials | None,
     ) -> Conversation:
         """The conversation a posted chat body holds (messages validated); reads no state."""
-        messages = validate_messages(body["messages"])
         return self._conversation(
-            tenant, conversation_id, body, messages, policy_name, policy, credentials=credentials
+            tenant,
+            conversation_id,
+            body,
+            CHAT.conversation(body),
+            policy_name,
+            policy,
+            credentials=credentials,
         )
 
     async def deepest_checkpoint(self, conv: Conversation) -> Checkpoint | None:
