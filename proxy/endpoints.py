@@ -121,35 +121,25 @@ class CompactedRoute:
                 own_headers=res.own_headers,
                 drop_content_length=kept is None,
             )
+            body: dict[str, Any]
             if kept is not None:
                 # Never held or parsed (issue 9): streamed through like any other /v1 route.
-                status, bytes_out, upstream_ms = await forward(
-                    res.upstream,
-                    "POST",
-                    url,
-                    headers,
-                    receive,
-                    send,
-                    body_counter=bytes_in,
-                    max_body_bytes=limit,
-                    extra_headers=kept,
-                    route=dialect.name,
-                    error_body=dialect.error_body,
-                )
+                body = {"body_counter": bytes_in, "max_body_bytes": limit, "extra_headers": kept}
             else:
-                status, bytes_out, upstream_ms = await forward(
-                    res.upstream,
-                    "POST",
-                    url,
-                    headers,
-                    receive,
-                    send,
-                    outgoing=outgoing,
-                    # Only a parsed body offers a retry: never parse one just for this.
-                    streaming=outgoing.retry is not None and request.body.get("stream") is True,
-                    route=dialect.name,
-                    error_body=dialect.error_body,
-                )
+                # Only a parsed body offers a retry: never parse one just for this.
+                streaming = outgoing.retry is not None and request.body.get("stream") is True
+                body = {"outgoing": outgoing, "streaming": streaming}
+            status, bytes_out, upstream_ms = await forward(
+                res.upstream,
+                "POST",
+                url,
+                headers,
+                receive,
+                send,
+                route=dialect.name,
+                error_body=dialect.error_body,
+                **body,
+            )
         finally:
             res.observe(dialect.name, status, upstream_ms)
             log_request(
