@@ -1,4 +1,4 @@
-"""Shared test set-up: tiktoken's files, and nothing else global.
+"""Shared test set-up: tiktoken's files, and closing the SDK clients each test made.
 
 tiktoken needs its BPE files. Verified copies sit beside the repo (``../shared/tiktoken``) on the
 machines without internet; elsewhere (a fresh clone) tiktoken's own cache is used, downloading the
@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.sdk_clients import close_all
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TIKTOKEN_DIR = REPO_ROOT.parent / "shared" / "tiktoken"
@@ -109,3 +112,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _close_sdk_clients() -> Iterator[None]:
+    """Every client made with tests.sdk_clients.closed_after_test is closed when its test ends."""
+    yield
+    close_all()

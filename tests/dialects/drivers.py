@@ -35,6 +35,7 @@ from tests.proxy.provider import SUMMARIZER_MODEL
 from tests.proxy.test_agent_runs import config as agent_config
 from tests.proxy.test_agent_runs import tool_output
 from tests.proxy.test_compaction_e2e import KEY
+from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
 from tests.settle import settle
 
@@ -388,12 +389,14 @@ class Driver:
 class _OpenAIDriver(Driver):
     def _client(self, key: str, headers: dict[str, str], sent: list[bytes]) -> openai.OpenAI:
         assert self.server is not None
-        return openai.OpenAI(
-            base_url=f"{self.server.url}/v1",
-            api_key=key,
-            max_retries=0,
-            default_headers=headers,
-            http_client=openai.DefaultHttpxClient(event_hooks=self._keeping(sent)),
+        return closed_after_test(
+            openai.OpenAI(
+                base_url=f"{self.server.url}/v1",
+                api_key=key,
+                max_retries=0,
+                default_headers=headers,
+                http_client=openai.DefaultHttpxClient(event_hooks=self._keeping(sent)),
+            )
         )
 
 
@@ -511,12 +514,14 @@ class AnthropicDriver(Driver):
 
     def _client(self, key: str, headers: dict[str, str], sent: list[bytes]) -> anthropic.Anthropic:
         assert self.server is not None
-        return anthropic.Anthropic(
-            base_url=self.server.url,  # as ANTHROPIC_BASE_URL: the SDK adds /v1
-            api_key=key,
-            max_retries=0,
-            default_headers=headers,
-            http_client=anthropic.DefaultHttpxClient(event_hooks=self._keeping(sent)),
+        return closed_after_test(
+            anthropic.Anthropic(
+                base_url=self.server.url,  # as ANTHROPIC_BASE_URL: the SDK adds /v1
+                api_key=key,
+                max_retries=0,
+                default_headers=headers,
+                http_client=anthropic.DefaultHttpxClient(event_hooks=self._keeping(sent)),
+            )
         )
 
     def _round(self, client: anthropic.Anthropic, history: list[dict[str, Any]]) -> tuple:

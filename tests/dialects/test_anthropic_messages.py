@@ -33,6 +33,7 @@ from tests.proxy.conftest import mock, settings_for, start_proxy  # noqa: F401
 from tests.proxy.provider import Provider
 from tests.proxy.test_agent_runs import ADMIN
 from tests.proxy.test_agent_runs import config as agent_config
+from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
 
 KEY = "sk-ant-caller-one"
@@ -104,21 +105,8 @@ def serve(
     return start
 
 
-_clients: list[anthropic.Anthropic] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    """The SDK's clients hold pooled connections: closed at the end of each test."""
-    yield
-    while _clients:
-        _clients.pop().close()
-
-
 def sdk(**options: Any) -> anthropic.Anthropic:
-    client = anthropic.Anthropic(max_retries=0, **options)
-    _clients.append(client)
-    return client
+    return closed_after_test(anthropic.Anthropic(max_retries=0, **options))
 
 
 def client_for(

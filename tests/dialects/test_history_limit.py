@@ -10,6 +10,7 @@ import pytest
 from tests.dialects.responses_provider import ResponsesProvider
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL
+from tests.sdk_clients import closed_after_test
 
 CONFIG = f"""
 server: {{max_messages: 3}}
@@ -29,7 +30,9 @@ TURNS = [
 def test_a_responses_input_over_the_limit_names_input(mock, start_proxy) -> None:
     ResponsesProvider(mock)
     server = start_proxy(settings_for(mock.url, CONFIG))
-    api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-one", max_retries=0)
+    api = closed_after_test(
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-one", max_retries=0)
+    )
     with pytest.raises(openai.APIStatusError) as caught:
         api.responses.create(model="gpt-4o", input=TURNS, extra_headers=HEADERS)
     assert caught.value.status_code == 413
@@ -42,7 +45,9 @@ def test_an_anthropic_conversation_over_the_limit_names_messages(mock, start_pro
     server = start_proxy(
         settings_for(mock.url, CONFIG + f'upstream: {{anthropic_base_url: "{mock.url}"}}\n')
     )
-    api = anthropic.Anthropic(base_url=server.url, api_key="sk-ant-one", max_retries=0)
+    api = closed_after_test(
+        anthropic.Anthropic(base_url=server.url, api_key="sk-ant-one", max_retries=0)
+    )
     with pytest.raises(anthropic.APIStatusError) as caught:
         api.messages.create(
             model="claude-mock-1", max_tokens=16, messages=TURNS, extra_headers=HEADERS

@@ -20,6 +20,7 @@ from tests.dialects.responses_provider import INSTRUCTIONS, TASK, TOOLS, Respons
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL
 from tests.proxy.test_compaction_e2e import admin_get, redis_url, store_url  # noqa: F401
+from tests.sdk_clients import closed_after_test
 from tests.settle import settle
 
 DEVELOPER = {"type": "message", "role": "developer", "content": "Run the tests after each edit."}
@@ -40,7 +41,7 @@ policies:
 
 
 def client(server: Any, key: str = KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0)
+    return closed_after_test(openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0))
 
 
 def tool_output(n: int) -> str:

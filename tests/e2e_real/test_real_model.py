@@ -37,6 +37,7 @@ from tests.e2e_real.llama import (
     gguf_path,
     llama_server_available,
 )
+from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
 
 pytestmark = pytest.mark.e2e_real
@@ -134,12 +135,14 @@ def proxy(tap: Tap) -> Iterator[ThreadedUvicorn]:
 
 
 def client_for(proxy: ThreadedUvicorn, conversation: str, **headers: str) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=f"{proxy.url}/v1",
-        api_key=KEY,
-        max_retries=0,
-        timeout=600,
-        default_headers={"X-Conversation-Id": conversation, **headers},
+    return closed_after_test(
+        openai.OpenAI(
+            base_url=f"{proxy.url}/v1",
+            api_key=KEY,
+            max_retries=0,
+            timeout=600,
+            default_headers={"X-Conversation-Id": conversation, **headers},
+        )
     )
 
 

@@ -30,6 +30,7 @@ from tests.mock_upstream import (
     sse_chunks,
     sse_reply,
 )
+from tests.sdk_clients import closed_after_test
 
 SUMMARIZER_MODEL = "mock-summarizer"
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
@@ -231,11 +232,13 @@ def conversation_client(
     server: Any, conversation: str, *, key: str = "sk-caller", **headers: str
 ) -> openai.OpenAI:
     """The official client towards a proxy, naming ``conversation`` (and any other headers)."""
-    return openai.OpenAI(
-        base_url=f"{server.url}/v1",
-        api_key=key,
-        max_retries=0,
-        default_headers={"X-Conversation-Id": conversation, **headers},
+    return closed_after_test(
+        openai.OpenAI(
+            base_url=f"{server.url}/v1",
+            api_key=key,
+            max_retries=0,
+            default_headers={"X-Conversation-Id": conversation, **headers},
+        )
     )
 
 

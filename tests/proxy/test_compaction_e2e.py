@@ -17,6 +17,7 @@ from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider, check_sent, take_turn
 from tests.redis_server import REDIS_SERVER, RedisServer, redis_available
+from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
 
 ADMIN = "admin-token-for-tests"
@@ -66,11 +67,13 @@ def provider(mock: MockUpstream) -> Provider:
 def client_for(
     server: ThreadedUvicorn, conversation: str = "conv-1", key: str = KEY
 ) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=f"{server.url}/v1",
-        api_key=key,
-        max_retries=0,
-        default_headers={"X-Conversation-Id": conversation},
+    return closed_after_test(
+        openai.OpenAI(
+            base_url=f"{server.url}/v1",
+            api_key=key,
+            max_retries=0,
+            default_headers={"X-Conversation-Id": conversation},
+        )
     )
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
+from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
 
 MIB = 1 << 20
@@ -300,11 +301,13 @@ def test_overflow_error_is_still_recognised(mock: MockUpstream, start_proxy) -> 
 
     provider = Provider(mock)
     server = start_proxy(settings_for(mock.url, SUMMARIZE))
-    client = openai.OpenAI(
-        base_url=f"{server.url}/v1",
-        api_key="sk-x",
-        max_retries=0,
-        default_headers={"X-Conversation-Id": "conv-overflow"},
+    client = closed_after_test(
+        openai.OpenAI(
+            base_url=f"{server.url}/v1",
+            api_key="sk-x",
+            max_retries=0,
+            default_headers={"X-Conversation-Id": "conv-overflow"},
+        )
     )
     history = [SYSTEM]
     for turn in range(5):
@@ -353,11 +356,13 @@ def runaway_summarizer(mock: MockUpstream, summary: bytes, *, piece: int = 65536
 def run_conversation(server: ThreadedUvicorn, turns: int) -> list:
     import openai
 
-    client = openai.OpenAI(
-        base_url=f"{server.url}/v1",
-        api_key="sk-x",
-        max_retries=0,
-        default_headers={"X-Conversation-Id": "conv-runaway"},
+    client = closed_after_test(
+        openai.OpenAI(
+            base_url=f"{server.url}/v1",
+            api_key="sk-x",
+            max_retries=0,
+            default_headers={"X-Conversation-Id": "conv-runaway"},
+        )
     )
     history = [{"role": "system", "content": "You are terse."}]
     answers = []

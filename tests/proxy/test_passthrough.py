@@ -22,6 +22,7 @@ from tests.mock_upstream import (
     sse_reply,
 )
 from tests.proxy.conftest import settings_for
+from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn, free_port
 
 MESSAGES = [
@@ -31,8 +32,8 @@ MESSAGES = [
 
 
 def client_for(proxy: ThreadedUvicorn, **kwargs: object) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=f"{proxy.url}/v1", api_key="sk-client-key", max_retries=0, **kwargs
+    return closed_after_test(
+        openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-client-key", max_retries=0, **kwargs)
     )
 
 

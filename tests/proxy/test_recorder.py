@@ -11,11 +11,14 @@ import openai
 from proxy.evaluation.transcripts import read_jsonl
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
+from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
 
 
 def chat(proxy: ThreadedUvicorn, history: list[dict[str, str]], conversation: str) -> None:
-    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    client = closed_after_test(
+        openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    )
     reply = client.chat.completions.create(
         model="gpt-4o", messages=history, extra_headers={"X-Conversation-Id": conversation}
     )

@@ -16,6 +16,7 @@ from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM
 from tests.proxy.windowed import PADDING, WindowedProvider, agent_turn
+from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
 
 SERVED = "acme/served-model"  # in no table: only the provider knows its window
@@ -33,11 +34,13 @@ def vllm_entry(model: str, max_model_len: int | None) -> dict[str, Any]:
 
 
 def client_for(server: ThreadedUvicorn, conversation: str = "run-1") -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=f"{server.url}/v1",
-        api_key="sk-caller",
-        max_retries=0,
-        default_headers={"X-Conversation-Id": conversation},
+    return closed_after_test(
+        openai.OpenAI(
+            base_url=f"{server.url}/v1",
+            api_key="sk-caller",
+            max_retries=0,
+            default_headers={"X-Conversation-Id": conversation},
+        )
     )
 
 
@@ -200,7 +203,9 @@ def test_bad_input_and_uncompacted_requests_look_nothing_up(
         client_for(server).chat.completions.create(
             model=SERVED, messages=[{"role": "wizard", "content": "hi"}]
         )
-    plain = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-caller", max_retries=0)
+    plain = closed_after_test(
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-caller", max_retries=0)
+    )
     plain.chat.completions.create(model=SERVED, messages=[SYSTEM, {"role": "user", "content": "x"}])
     time.sleep(0.1)
     assert provider.models_requests() == []
