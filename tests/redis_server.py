@@ -7,14 +7,18 @@ the same port simulate an outage and a recovery.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+
+import pytest
 
 from tests.servers import free_port, wait_for_port
 
@@ -23,6 +27,20 @@ REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 def redis_available() -> bool:
     return Path(REDIS_SERVER).is_file() and os.access(REDIS_SERVER, os.X_OK)
+
+
+def skip_without_redis() -> None:
+    """Skips the calling test when no redis-server binary is installed."""
+    if not redis_available():
+        pytest.skip(f"redis-server not found at {REDIS_SERVER} (apt-get install redis-server)")
+
+
+@contextlib.contextmanager
+def own_redis_server() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, stopped afterwards; skips the test without one."""
+    skip_without_redis()
+    with RedisServer() as server:
+        yield server
 
 
 def free_cluster_port() -> int:

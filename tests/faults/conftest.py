@@ -12,15 +12,13 @@ from tests.faults.replicas import Replica, proxy_config
 from tests.faults.tcp_fault import FaultProxy
 from tests.mock_upstream import MockUpstream
 from tests.proxy.provider import Provider
-from tests.redis_server import REDIS_SERVER, RedisServer, redis_available
+from tests.redis_server import RedisServer, own_redis_server
 from tests.servers import ThreadedUvicorn
 
 
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
-    if not redis_available():
-        pytest.skip(f"redis-server not found at {REDIS_SERVER} (apt-get install redis-server)")
-    with RedisServer() as server:
+    with own_redis_server() as server:
         yield server
 
 

@@ -16,7 +16,7 @@ import pytest
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider, check_sent, take_turn
-from tests.redis_server import REDIS_SERVER, RedisServer, redis_available
+from tests.redis_server import own_redis_server
 from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
 
@@ -41,9 +41,7 @@ policies:
 
 @pytest.fixture(scope="module")
 def redis_url() -> Iterator[str]:
-    if not redis_available():
-        pytest.skip(f"redis-server not found at {REDIS_SERVER} (apt-get install redis-server)")
-    with RedisServer() as server:
+    with own_redis_server() as server:
         yield server.url
 
 
@@ -197,9 +195,7 @@ def test_two_proxies_on_one_redis_make_one_summary(
 
 
 def test_redis_down_mid_conversation_keeps_serving(mock, provider: Provider, start_proxy) -> None:
-    if not redis_available():
-        pytest.skip(f"redis-server not found at {REDIS_SERVER}")
-    with RedisServer() as redis:
+    with own_redis_server() as redis:
         server = start_proxy(settings_for(mock.url, config(redis.url)))
         client = client_for(server)
         history = [SYSTEM]

@@ -18,7 +18,7 @@ from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import Provider, admin_view, conversation_client, inline_config, talk
 from tests.proxy.webhook_receiver import Receiver, signed_by
-from tests.redis_server import REDIS_SERVER, RedisServer, redis_available
+from tests.redis_server import RedisServer, skip_without_redis
 from tests.servers import ThreadedUvicorn, free_port
 
 KEY = "sk-export-caller"
@@ -108,8 +108,7 @@ def test_every_summary_is_appended_to_the_jsonl_file(
 def test_every_summary_is_added_to_a_bounded_redis_stream(
     mock: MockUpstream, provider: Provider, start_proxy
 ) -> None:
-    if not redis_available():
-        pytest.skip(f"redis-server not found at {REDIS_SERVER} (apt-get install redis-server)")
+    skip_without_redis()
     import redis
 
     # Small stream nodes, so that MAXLEN ~ trims as soon as the stream passes maxlen.

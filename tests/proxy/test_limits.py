@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
+from tests.redis_server import own_redis_server
 from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
 
@@ -323,12 +325,8 @@ def test_overflow_error_is_still_recognised(mock: MockUpstream, start_proxy) -> 
 
 
 @pytest.fixture(scope="module")
-def redis_url():
-    from tests.redis_server import REDIS_SERVER, RedisServer, redis_available
-
-    if not redis_available():
-        pytest.skip(f"redis-server not found at {REDIS_SERVER} (apt-get install redis-server)")
-    with RedisServer() as server:
+def redis_url() -> Iterator[str]:
+    with own_redis_server() as server:
         yield server.url
 
 

@@ -13,7 +13,7 @@ import redis
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider, take_turn
 from tests.proxy.test_compaction_e2e import ADMIN, KEY, admin_get, client_for
-from tests.redis_server import REDIS_SERVER, RedisServer, redis_available
+from tests.redis_server import RedisServer, own_redis_server
 from tests.servers import ThreadedUvicorn, free_port
 
 SECRET_KEY = b"cproxy:tenant-secret"
@@ -36,9 +36,7 @@ policies:
 
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
-    if not redis_available():
-        pytest.skip(f"redis-server not found at {REDIS_SERVER} (apt-get install redis-server)")
-    with RedisServer() as server:
+    with own_redis_server() as server:
         yield server
 
 

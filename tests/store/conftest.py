@@ -22,22 +22,14 @@ from proxy.store.base import Backend
 from proxy.store.memory import MemoryBackend
 from proxy.store.redis import RedisBackend
 from proxy.tenancy import Tenancy
-from tests.redis_server import REDIS_SERVER, RedisServer, redis_available
+from tests.redis_server import RedisServer, own_redis_server
 
 TENANT_SECRET = "test-secret-0123456789abcdef"
 
 
-def needs_redis() -> None:
-    if not redis_available():
-        pytest.skip(
-            f"redis-server binary not found at {REDIS_SERVER} (apt-get install redis-server)"
-        )
-
-
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[RedisServer]:
-    needs_redis()
-    with RedisServer() as server:
+    with own_redis_server() as server:
         yield server
 
 

@@ -26,8 +26,8 @@ from proxy.store.redis import (
     parse_sentinel_url,
     redact_url,
 )
-from tests.redis_server import RedisServer, free_cluster_port
-from tests.store.conftest import needs_redis, settings_for
+from tests.redis_server import RedisServer, free_cluster_port, skip_without_redis
+from tests.store.conftest import settings_for
 from tests.store.test_store import KEY_A, checkpoint, conversation
 
 MESSAGES = conversation(40)
@@ -235,7 +235,7 @@ async def test_store_timeouts_never_desynchronise_either(
 
 @pytest.mark.anyio
 async def test_redis_killed_and_restarted_during_a_stream_of_calls() -> None:
-    needs_redis()
+    skip_without_redis()
     server = RedisServer().start()
     store = open_store(
         settings_for(server.url, operation_timeout_seconds=0.1, breaker_cooldown_seconds=0.2)
@@ -294,7 +294,7 @@ async def test_redis_killed_and_restarted_during_a_stream_of_calls() -> None:
 
 @pytest.mark.anyio
 async def test_sentinel_url_reaches_the_master() -> None:
-    needs_redis()
+    skip_without_redis()
     with RedisServer() as master, RedisServer(sentinel_for=master.port) as sentinel:
         store = open_store(settings_for(f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster"))
         try:
@@ -318,7 +318,7 @@ def _own_every_slot(url: str) -> None:
 
 @pytest.mark.anyio
 async def test_cluster_url_works_against_a_one_node_cluster() -> None:
-    needs_redis()
+    skip_without_redis()
     cluster = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
     with RedisServer(*cluster, port=free_cluster_port()) as node:
         await asyncio.to_thread(_own_every_slot, node.url)
