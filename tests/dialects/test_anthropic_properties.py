@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from proxy import wirejson
 from proxy.config import parse_settings
 from proxy.core.checkpoints import chain_hash
-from proxy.core.planner import Plan, plan
+from proxy.core.planner import Plan
 from proxy.core.policy import (
     ClearToolResultsSettings,
     KeepSettings,
@@ -29,6 +29,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.errors import InvalidRequest, PayloadTooLarge, UpstreamTimeout, UpstreamUnavailable
 from tests.dialects.anthropic_provider import problems, summaries_in, system_texts
+from tests.dialects.planning import plan_body
 
 Body = dict[str, Any]
 MARK = {"type": "ephemeral"}
@@ -139,16 +140,7 @@ def policies() -> st.SearchStrategy[PolicySettings]:
 
 
 def planned(body: Body, policy: PolicySettings, counter: TokenCounter) -> Plan:
-    neutral = MESSAGES.conversation(body)
-    current = plan(
-        neutral.messages,
-        policy,
-        model="claude-test",
-        counter=counter,
-        model_info=None,
-        prior=None,
-        tools=neutral.tools,
-    )
+    _, current = plan_body(MESSAGES, body, policy, counter, model="claude-test")
     if current.summary_request is not None:
         current = current.with_summary("The agent ran tools.", checkpoint_id="cp")
     return current

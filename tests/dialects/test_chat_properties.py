@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.interactions import group
-from proxy.core.planner import plan
 from proxy.core.policy import KeepSettings, PolicySettings, TriggerSettings
 from proxy.core.summary_message import OPEN_TAG
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_completions import CHAT
 from tests.core.strategies import agent_runs, conversations, tool_pairs_intact
+from tests.dialects.planning import plan_body
 
 TOOLS = [{"type": "function", "function": {"name": "sh", "parameters": {"type": "object"}}}]
 
@@ -30,18 +30,8 @@ def body_of(messages: list[dict[str, Any]]) -> bytes:
 
 
 def planned(body: dict[str, Any], counter: TokenCounter, trigger: TriggerSettings, keep=None):
-    neutral = CHAT.conversation(body)
     policy = PolicySettings(trigger=trigger, keep=keep or KeepSettings(interactions=1))
-    made = plan(
-        neutral.messages,
-        policy,
-        model="gpt-4o",
-        counter=counter,
-        model_info=None,
-        prior=None,
-        tools=neutral.tools,
-    )
-    return neutral.messages, made
+    return plan_body(CHAT, body, policy, counter)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -27,6 +27,7 @@ from proxy.core.summary_message import render_summary_message
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.responses import RESPONSES
 from proxy.errors import InvalidRequest
+from tests.dialects.planning import plan_body
 
 Item = dict[str, Any]
 _CALL_KINDS = {"function_call", "custom_tool_call", "computer_call"}
@@ -174,18 +175,7 @@ def _unanswered(original: list[Item]) -> set[str]:
 def _plan(
     body: dict[str, Any], counter: TokenCounter, trigger: TriggerSettings, **policy: Any
 ) -> tuple[list[dict[str, Any]], Plan]:
-    neutral = RESPONSES.conversation(body)
-    assert neutral is not None
-    pol = PolicySettings(trigger=trigger, **policy)
-    return neutral.messages, plan(
-        neutral.messages,
-        pol,
-        model="gpt-4o",
-        counter=counter,
-        model_info=None,
-        prior=None,
-        tools=neutral.tools,
-    )
+    return plan_body(RESPONSES, body, PolicySettings(trigger=trigger, **policy), counter)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
