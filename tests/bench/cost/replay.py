@@ -48,7 +48,8 @@ class Rule:
 
 @dataclass
 class Seen:
-    """What the client saw: X-Compaction outcomes and the usage the responses reported."""
+    """What the client saw: X-Compaction outcomes (``applied-unchanged``: applied, the same
+    tokens before and after) and the usage the responses reported."""
 
     outcomes: Counter = field(default_factory=Counter)
     turns: int = 0
@@ -58,7 +59,12 @@ class Seen:
     output: int = 0
 
     def response(self, response: Any) -> None:  # an httpx (or httpx2) response
-        self.outcomes[response.headers.get("x-compaction", "none")] += 1
+        headers = response.headers
+        outcome = headers.get("x-compaction", "none")
+        before = headers.get("x-compaction-tokens-before")
+        if outcome == "applied" and before == headers.get("x-compaction-tokens-after"):
+            outcome = "applied-unchanged"  # issue 19: nothing changed should say skipped
+        self.outcomes[outcome] += 1
 
     def add(self, prompt: int, cached: int, written: int, output: int) -> None:
         self.turns += 1
