@@ -12,7 +12,7 @@ from proxy.abort import cut_off, was_cut_off
 from proxy.accesslog import log_request
 from proxy.calibration import ResponseTail
 from proxy.config import Settings
-from proxy.dialects.base import Dialect, OpenAIWire
+from proxy.dialects.base import ANTHROPIC, AnthropicWire, Dialect, OpenAIWire, is_anthropic
 from proxy.dialects.chat_completions import CHAT
 from proxy.errors import PayloadTooLarge, ProxyError, UpstreamError
 from proxy.forward import (
@@ -155,14 +155,18 @@ class CompactedRoute:
 
 class PassThrough:
     """Every other method and path under /v1: bodies streamed both ways, nothing changed.
-    ``wire``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens)."""
+    ``wire``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens, and for
+    any request carrying ``anthropic-version``: the anthropic SDK's models, files, batches)."""
 
-    def __init__(self, resources: Resources, wire: Dialect | OpenAIWire = OPENAI) -> None:
+    def __init__(
+        self, resources: Resources, wire: Dialect | OpenAIWire | AnthropicWire = OPENAI
+    ) -> None:
         self.resources = resources
         self.wire = wire
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        res, wire = self.resources, self.wire
+        res = self.resources
+        wire = ANTHROPIC if is_anthropic(scope["headers"]) else self.wire
         started = time.perf_counter()
         status, bytes_out, upstream_ms = 500, 0, None
         bytes_in = [0]
