@@ -326,7 +326,7 @@ class Compactor:
 
         def observe(status: int, headers: RawHeaders, body: bytes) -> None:
             if status >= 400:
-                self.windows.learn(conv.model, status, body, headers)
+                self.windows.learn(conv.model, status, body)
             elif status == 200:
                 self.calibration.observe(
                     conv.model, counted=sent.tokens_after, reported=prompt_tokens(body)

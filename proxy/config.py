@@ -130,6 +130,16 @@ class UpstreamSettings(_Model):
         description="Ask the provider's /models (once per model, in the background) for the "
         "context window of a model the models table does not fix.",
     )
+    stream_hold_seconds: float = Field(
+        0.5,
+        ge=0,
+        le=30,
+        description="A streamed answer to a request the proxy could compact harder is held at "
+        "most this long, until its first event that is not an opening one (response.created, "
+        "response.in_progress), to see whether the provider fails it as too long (then it is "
+        "rescued). Past it the opening events are relayed, and a later failure reaches the "
+        "client as sent. 0: nothing held (no rescue of an in-stream overflow).",
+    )
 
     @model_validator(mode="after")
     def _check_url(self) -> UpstreamSettings:

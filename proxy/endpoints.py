@@ -12,7 +12,8 @@ from proxy.abort import cut_off, was_cut_off
 from proxy.accesslog import log_request
 from proxy.calibration import ResponseTail
 from proxy.config import Settings
-from proxy.dialects.base import Dialect, OpenAIWire
+from proxy.content_coding import readable_accept_encoding
+from proxy.dialects.base import ANTHROPIC, AnthropicWire, Dialect, OpenAIWire, is_anthropic
 from proxy.dialects.chat_completions import CHAT
 from proxy.errors import PayloadTooLarge, ProxyError, UpstreamError
 from proxy.forward import (
@@ -128,7 +129,8 @@ class CompactedRoute:
             else:
                 # Only a parsed body offers a retry: never parse one just for this.
                 streaming = outgoing.retry is not None and request.body.get("stream") is True
-                body = {"outgoing": outgoing, "streaming": streaming}
+                hold = res.settings.upstream.stream_hold_seconds
+                body = {"outgoing": outgoing, "streaming": streaming, "stream_hold_seconds": hold}
             status, bytes_out, upstream_ms = await forward(
                 res.upstream,
                 "POST",
@@ -155,14 +157,18 @@ class CompactedRoute:
 
 class PassThrough:
     """Every other method and path under /v1: bodies streamed both ways, nothing changed.
-    ``wire``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens)."""
+    ``wire``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens, and for
+    any request carrying ``anthropic-version``: the anthropic SDK's models, files, batches)."""
 
-    def __init__(self, resources: Resources, wire: Dialect | OpenAIWire = OPENAI) -> None:
+    def __init__(
+        self, resources: Resources, wire: Dialect | OpenAIWire | AnthropicWire = OPENAI
+    ) -> None:
         self.resources = resources
         self.wire = wire
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        res, wire = self.resources, self.wire
+        res = self.resources
+        wire = ANTHROPIC if is_anthropic(scope["headers"]) else self.wire
         started = time.perf_counter()
         status, bytes_out, upstream_ms = 500, 0, None
         bytes_in = [0]
@@ -244,6 +250,7 @@ async def forward(
     *,
     outgoing: Outgoing | None = None,
     streaming: bool = False,
+    stream_hold_seconds: float = 0.0,
     body_counter: list[int] | None = None,
     max_body_bytes: int = 0,
     extra_headers: RawHeaders = (),
@@ -258,7 +265,9 @@ async def forward(
     it is streamed from ``receive`` (and counted into it), a body growing past
     ``max_body_bytes`` aborting the upstream request (the client gets a 413 if the provider has
     not answered yet); else the request has no body. ``streaming``: the client asked for SSE
-    (an overflow then shows as an empty 200). Errors of ours are shaped by ``error_body``.
+    (an overflow may then show in the stream, looked for at most ``stream_hold_seconds``). The
+    provider is asked only for codings the proxy can read where it reads the answer. Errors of
+    ours are shaped by ``error_body``.
     """
     assert upstream is not None, "the upstream client is created in the lifespan"
     started = time.perf_counter()
@@ -268,16 +277,21 @@ async def forward(
         body: bytes | AsyncIterator[bytes] | None = None
         if outgoing is not None:
             body, extra_headers = outgoing.body, outgoing.response_headers
+            if outgoing.observe is not None or outgoing.retry is not None:
+                headers = readable_accept_encoding(headers)
         elif body_counter is not None:
             body = stream_request_body(receive, guard, body_counter, limit=max_body_bytes)
         try:
             response = await upstream.send(method, url, headers, body)
             if outgoing is not None and outgoing.retry is not None:
-                overflowed, response = await look_for_overflow(response, streaming=streaming)
-                if overflowed and response.status >= 400 and outgoing.observe is not None:
+                look = await look_for_overflow(
+                    response, streaming=streaming, hold_seconds=stream_hold_seconds
+                )
+                response = look.response
+                if look.overflowed and response.status >= 400 and outgoing.observe is not None:
                     # The answer may state the window: learned before the retry plans.
-                    outgoing.observe(response.status, response.headers, await response.read())
-                retried = await outgoing.retry() if overflowed else None
+                    outgoing.observe(response.status, response.headers, look.error)
+                retried = await outgoing.retry() if look.overflowed else None
                 if retried is not None:
                     await response.aclose()
                     outgoing, extra_headers = retried, retried.response_headers

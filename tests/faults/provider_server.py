@@ -1,6 +1,6 @@
 """The campaign's provider: a lean OpenAI-compatible mock in a process of its own, checking tenants.
 
-``python -m tests.faults.provider_server PORT``. Unlike tests/mock_upstream.py it keeps no request
+``python -m tests.faults.provider_server PORT [--gzip]``. Unlike tests/mock_upstream.py it keeps no request
 bodies (a soak sends hundreds of thousands), so its memory stays flat. It answers chat completions
 (streamed when asked) and the summarizer's calls (model ``mock-summarizer``) with numbered
 summaries that name the caller's tenant, and it counts what the campaign asserts on:
@@ -10,7 +10,8 @@ summaries that name the caller's tenant, and it counts what the campaign asserts
   ``sk-campaign-<tenant>`` and write ``TENANT-<tenant>`` in every message, and a summary names its
   tenant, so a summary or message of one tenant in another's prompt shows up here.
 
-Bad input never makes it answer 5xx: a 5xx the campaign sees is the proxy's own.
+Bad input never makes it answer 5xx: a 5xx the campaign sees is the proxy's own. With ``--gzip``
+it compresses every answer whose request accepts gzip, as real providers do (issue 17).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import re
 import sys
 from typing import Any
 
-from tests.mock_upstream import completion, sse_chunks
+from tests.mock_upstream import accepts, completion, compressed, sse_chunks
 
 SUMMARIZER_MODEL = "mock-summarizer"
 MARKER = re.compile(rb"TENANT-([a-z0-9]+)")
@@ -28,7 +29,8 @@ KEY = re.compile(r"Bearer sk-campaign-([a-z0-9]+)")
 
 
 class Provider:
-    def __init__(self) -> None:
+    def __init__(self, *, gzip: bool = False) -> None:
+        self.gzip = gzip
         self.stats: dict[str, Any] = {
             "requests": 0,
             "chats": 0,
@@ -58,13 +60,12 @@ class Provider:
             if not message.get("more_body"):
                 break
         status, content_type, chunks = self._answer(scope, body)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", content_type.encode())],
-            }
-        )
+        headers = [(b"content-type", content_type.encode())]
+        asked = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.gzip and accepts(asked, "gzip"):
+            headers.append((b"content-encoding", b"gzip"))
+            chunks = [c for c in compressed(list(chunks), "gzip") if isinstance(c, bytes)]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         for chunk in chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -105,7 +106,8 @@ def main() -> None:
     import uvicorn
 
     port = int(sys.argv[1])
-    uvicorn.run(Provider(), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    provider = Provider(gzip="--gzip" in sys.argv[2:])
+    uvicorn.run(provider, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":
