@@ -46,6 +46,10 @@ def upstream_url(base_url: str, scope: Scope, *, strip_prefix: str = "/v1") -> s
     return url
 
 
+class ClientGone(ConnectionResetError):
+    """The client disconnected before its request body was complete."""
+
+
 class CancelOnDisconnect:
     """Cancel the current task when the client disconnects; swallow only that cancellation.
 
@@ -72,19 +76,23 @@ class CancelOnDisconnect:
             self._watcher = asyncio.create_task(self._wait_for_disconnect())
 
     def client_gone(self) -> None:
+        """The client went away: abort the forwarding.
+
+        Called by the watcher, or from the request body's iterator. When the upstream client
+        runs the iterator in a task of its own (aiohttp), an exception there would only fail
+        the upload, so the forwarding task is cancelled; when it runs it in the forwarding task
+        (httpx), the exception the iterator raises unwinds it (cancelling too would leave
+        httpcore's connection open and its pool slot taken, the provider waiting for the rest
+        of the body: issue 17).
+        """
         if not self.disconnected and self._task is not None:
             self.disconnected = True
-            self._task.cancel()
+            if asyncio.current_task() is not self._task:
+                self._task.cancel()
 
     def refuse(self, error: ProxyError) -> None:
-        """Abort the forwarding, keeping ``error`` to answer the client.
-
-        Called from the request body's iterator. When the upstream client runs it in a task of
-        its own (aiohttp), an exception there would only fail the upload, so the forwarding
-        task is cancelled as for a disconnect; when it runs in the forwarding task (httpx), the
-        exception raised by the caller unwinds it (cancelling too would leave httpcore's
-        connection open, the provider waiting for the rest of the body).
-        """
+        """Abort the forwarding, keeping ``error`` to answer the client (from the request
+        body's iterator, as ``client_gone``)."""
         if self.refused is None:
             self.refused = error
             if asyncio.current_task() is not self._task:
@@ -105,11 +113,13 @@ class CancelOnDisconnect:
     ) -> bool:
         if self._watcher is not None:
             self._watcher.cancel()
-        if exc_type is asyncio.CancelledError and self.disconnected:
+        if not self.disconnected:
+            return False
+        if exc_type is asyncio.CancelledError:
             assert self._task is not None
             self._task.uncancel()
             return True
-        return False
+        return exc_type is ClientGone  # raised by the body's iterator in the forwarding task
 
 
 async def send_error(
@@ -172,7 +182,7 @@ async def stream_request_body(
         if message["type"] == "http.disconnect":
             # Never end the body early: a truncated body could reach the provider as complete.
             guard.client_gone()
-            raise ConnectionResetError("the client disconnected during the request body")
+            raise ClientGone("the client disconnected during the request body")
         chunk = message.get("body", b"")
         if chunk:
             counter[0] += len(chunk)
