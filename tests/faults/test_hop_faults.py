@@ -162,3 +162,28 @@ def test_a_client_that_leaves_while_the_provider_thinks_holds_no_upstream_connec
             )
         assert wait_until(lambda: raw_provider.open_connections == 0, timeout=3), path
     assert len(raw_provider.received) == 2
+
+
+def test_a_100_kb_request_line_or_header_is_a_json_431(
+    raw_provider: RawProvider, start_serve: Callable[[str], Replica]
+) -> None:
+    """Each head sent in one write, as a script would: a 100 KB request line was uvicorn's
+    plain-text 400, a 100 KiB header (the head whole in one read) was forwarded."""
+    proxy = start_serve(hop_config(raw_provider.url, transport="aiohttp"))
+    heads = {
+        "line": b"GET /v1/models?q=" + b"a" * 100_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n",
+        "header": b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 102_400 + b"\r\n\r\n",
+    }
+    for name, head in heads.items():
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+            sock.sendall(head)
+            response = b""
+            with contextlib.suppress(ConnectionResetError, TimeoutError):
+                while chunk := sock.recv(65536):
+                    response += chunk
+        head_part, _, body = response.partition(b"\r\n\r\n")
+        assert head_part.startswith(b"HTTP/1.1 431"), (name, response[:200])
+        assert b"content-type: application/json" in head_part.lower()
+        error = json.loads(body)["error"]
+        assert error["code"] == "headers_too_large" and error["type"], error
+    assert raw_provider.received == []
