@@ -56,14 +56,16 @@ def start_serve(tmp_path: Path) -> Iterator[Callable[[str], Replica]]:
 def start_replica(
     start_serve: Callable[[str], Replica], provider: Provider, tiktoken_files: Path
 ) -> Callable[..., Replica]:
-    """start_replica(store_url, extra_store=...) -> a running proxy process, stopped by pid."""
+    """start_replica(store_url, extra_store=..., extra_upstream=...) -> a running proxy
+    process, stopped by pid."""
 
-    def start(store: str, *, extra_store: str = "") -> Replica:
+    def start(store: str, *, extra_store: str = "", extra_upstream: str = "") -> Replica:
         return start_serve(
             proxy_config(
                 upstream=provider.mock.url,  # type: ignore[attr-defined]
                 store=store,
                 extra_store=extra_store,
+                extra_upstream=extra_upstream,
             )
         )
 

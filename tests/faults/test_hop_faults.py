@@ -13,11 +13,15 @@ import time
 from collections.abc import Callable, Iterator
 
 import httpx
+import openai
 import pytest
 
 from tests.faults.attacks import expect_without_body
 from tests.faults.raw_provider import RawProvider
 from tests.faults.replicas import Replica, proxy_config
+from tests.mock_upstream import sse_chunks, sse_reply
+from tests.proxy.provider import SYSTEM, TOOLS, Provider, take_turn
+from tests.sdk_clients import closed_after_test
 
 MB2 = 2_000_000
 TRANSPORTS = ["aiohttp", "httpx"]
@@ -91,6 +95,24 @@ def chat_body(size: int) -> bytes:
     return json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}).encode()
 
 
+def access_log(
+    replica: Replica, *, count: int = 1, paths: tuple[str, ...] = ("/v1/chat/completions",)
+) -> list[dict]:
+    """The proxy's access-log records of ``paths``, once there are ``count`` of them (or 5 s)."""
+
+    def records() -> list[dict]:
+        lines = replica.logs().splitlines()
+        found = [
+            json.loads(line.split(" proxy.access ", 1)[1])
+            for line in lines
+            if " proxy.access " in line
+        ]
+        return [r for r in found if r["path"] in paths]
+
+    wait_until(lambda: len(records()) >= count, timeout=5)
+    return records()
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_expect_100_continue_is_answered_at_our_hop_and_not_forwarded(
     transport: str, raw_provider: RawProvider, start_serve: Callable[[str], Replica]
@@ -146,10 +168,16 @@ def test_clients_that_abandon_an_expect_upload_hold_no_upstream_connection(
     assert response.status_code == 200
 
 
+# --- a client gone before or during its answer: nothing sent for it, the log as it went -------
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_client_that_leaves_while_the_provider_thinks_holds_no_upstream_connection(
     transport: str, raw_provider: RawProvider, start_serve: Callable[[str], Replica]
 ) -> None:
+    """A client times out while the provider thinks: the upstream connection is closed at once
+    (not held until the provider answers), and the log says 499 after the time it waited
+    upstream (it said ``upstream_ms: null`` though the provider had the request)."""
     proxy = start_serve(hop_config(raw_provider.url, transport=transport))
     raw_provider.answer_delay = 30.0
     for path, body in [("/v1/files", b"x" * 1000), ("/v1/chat/completions", chat_body(1000))]:
@@ -162,6 +190,98 @@ def test_a_client_that_leaves_while_the_provider_thinks_holds_no_upstream_connec
             )
         assert wait_until(lambda: raw_provider.open_connections == 0, timeout=3), path
     assert len(raw_provider.received) == 2
+    logged = access_log(proxy, count=2, paths=("/v1/files", "/v1/chat/completions"))
+    print(f"{transport}: {logged}")
+    for record in logged:  # the provider had the request: the wait on it is logged
+        assert record["status"] == 499 and record["upstream_ms"] >= 400, record
+
+
+def sdk_client(replica: Replica, conversation: str, *, timeout: float = 10) -> openai.OpenAI:
+    return closed_after_test(
+        openai.OpenAI(
+            base_url=f"{replica.url}/v1",
+            api_key="sk-hop-tests",
+            max_retries=0,
+            timeout=timeout,
+            default_headers={"X-Conversation-Id": conversation},
+        )
+    )
+
+
+def test_a_client_gone_during_an_inline_summary_gets_nothing_sent(
+    provider: Provider, start_replica: Callable[..., Replica]
+) -> None:
+    """The client times out while its request waits for an inline summary, then retries: the
+    provider gets the retry only (the abandoned attempt was billed before), the summary the
+    abandoned attempt started is stored and serves the retry, and the access log says the
+    attempt never went upstream."""
+    replica = start_replica("memory://")
+    provider.summary_delay = 1.5
+    client = sdk_client(replica, "gives-up")
+    history: list[dict] = [SYSTEM]
+    for turn in range(12):
+        sent_before = len(provider.chat_requests())
+        try:
+            # Long enough turns that a summary replaces more than it costs, so it applies.
+            text = f"turn {turn}: edit src/f{turn}.py " + "context " * 300
+            take_turn(client.with_options(timeout=0.5), history, text)
+        except openai.APITimeoutError:
+            break  # this turn waits for the inline summary
+    else:
+        pytest.fail("no turn was summarized inline")
+    # The summary ends 1.5 s after the client left; had the attempt gone on, it would be at the
+    # provider right after.
+    time.sleep(provider.summary_delay + 1.0)
+    assert provider.summaries == 1
+    assert len(provider.chat_requests()) == sent_before, "the abandoned attempt was sent"
+
+    retried = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=history, tools=TOOLS
+    )
+    assert retried.headers["x-compaction"] == "applied"
+    assert provider.summaries == 1  # the retry used the summary the abandoned attempt made
+    assert len(provider.chat_requests()) == sent_before + 1
+    abandoned = [r for r in access_log(replica, count=turn + 2) if r["status"] == 499]
+    print(f"abandoned attempt logged as {abandoned}")
+    assert len(abandoned) == 1
+    assert abandoned[0]["upstream_ms"] is None and abandoned[0]["bytes_out"] == 0
+
+
+@pytest.mark.parametrize("conversation", [True, False], ids=["compacted", "untouched"])
+def test_the_access_log_tells_what_a_streaming_client_received(
+    conversation: bool, provider: Provider, start_replica: Callable[..., Replica]
+) -> None:
+    """The SDK stops reading at ``[DONE]`` and closes the connection; a provider may hold its
+    stream open a moment longer. Then a client reads two events of a slow stream and leaves.
+    The log said 499 with ``bytes_out: 0`` for both; it must say what the client got."""
+    replica = start_replica("memory://", extra_upstream=", discover_windows: false")
+    client = sdk_client(replica, "streams")
+    if not conversation:
+        client = client.with_options(default_headers={"X-Compaction": "off"})
+    whole = sse_chunks(["hel", "lo"])
+    slow = sse_chunks(["one ", "two ", "three ", "four"], pause=0.4)
+    provider.mock.push(sse_reply([*whole, 1.0]), sse_reply(slow))
+    messages = [SYSTEM, {"role": "user", "content": "hi"}]
+
+    stream = client.chat.completions.create(model="gpt-4o", messages=messages, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream) == "hello"
+    full = access_log(replica)[-1]
+
+    stream = client.chat.completions.create(model="gpt-4o", messages=messages, stream=True)
+    events = iter(stream)
+    next(events), next(events)
+    stream.close()
+    partial = access_log(replica, count=2)[-1]
+    print(f"full stream: {full}\npartial stream: {partial}")
+
+    relayed = sum(len(c) for c in whole if isinstance(c, bytes))
+    assert full["status"] == 200 and full["bytes_out"] == relayed
+    assert full["upstream_ms"] is not None
+    assert partial["status"] == 200 and partial["client_left"] is True
+    assert 0 < partial["bytes_out"] < sum(len(c) for c in slow if isinstance(c, bytes))
+
+
+# --- the request head ----------------------------------------------------------------------
 
 
 def test_a_100_kb_request_line_or_header_is_a_json_431(
