@@ -39,6 +39,7 @@ class RawProvider:
         self.accepted = 0
         self.answer_delay = 0.0  # seconds between a request's end and its answer
         self._open: set[asyncio.StreamWriter] = set()
+        self._busy: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
@@ -51,6 +52,11 @@ class RawProvider:
     def open_connections(self) -> int:
         """Connections open to the provider now (a request in progress or kept alive)."""
         return len(self._open)
+
+    @property
+    def in_flight(self) -> int:
+        """Connections holding a request the provider has begun to read and not answered."""
+        return len(self._busy)
 
     def __enter__(self) -> RawProvider:
         self._thread.start()
@@ -81,6 +87,7 @@ class RawProvider:
             pass  # the proxy closed or broke the connection: exactly what is counted
         finally:
             self._open.discard(writer)
+            self._busy.discard(writer)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
@@ -93,6 +100,7 @@ class RawProvider:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError:
             return False  # closed between requests
+        self._busy.add(writer)
         lines = head.decode("latin-1").split("\r\n")
         method, path, _ = lines[0].split(" ", 2)
         headers: dict[str, str] = {}
@@ -118,6 +126,7 @@ class RawProvider:
             + body
         )
         await writer.drain()
+        self._busy.discard(writer)
         return headers.get("connection", "").lower() != "close"
 
 
