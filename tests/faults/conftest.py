@@ -37,18 +37,12 @@ def provider() -> Iterator[Provider]:
 
 
 @pytest.fixture
-def start_replica(
-    tmp_path: Path, provider: Provider, tiktoken_files: Path
-) -> Iterator[Callable[..., Replica]]:
-    """start_replica(store_url, extra_store=...) -> a running proxy process, stopped by pid."""
+def start_serve(tmp_path: Path) -> Iterator[Callable[[str], Replica]]:
+    """start_serve(config) -> a running ``compaction-proxy serve`` with that config file, stopped
+    by pid at the end."""
     replicas: list[Replica] = []
 
-    def start(store: str, *, extra_store: str = "") -> Replica:
-        config = proxy_config(
-            upstream=provider.mock.url,  # type: ignore[attr-defined]
-            store=store,
-            extra_store=extra_store,
-        )
+    def start(config: str) -> Replica:
         replica = Replica(config, tmp_path, name=f"proxy{len(replicas)}")
         replicas.append(replica)
         return replica
@@ -56,3 +50,23 @@ def start_replica(
     yield start
     for replica in replicas:
         replica.stop()
+
+
+@pytest.fixture
+def start_replica(
+    start_serve: Callable[[str], Replica], provider: Provider, tiktoken_files: Path
+) -> Callable[..., Replica]:
+    """start_replica(store_url, extra_store=..., extra_upstream=...) -> a running proxy
+    process, stopped by pid."""
+
+    def start(store: str, *, extra_store: str = "", extra_upstream: str = "") -> Replica:
+        return start_serve(
+            proxy_config(
+                upstream=provider.mock.url,  # type: ignore[attr-defined]
+                store=store,
+                extra_store=extra_store,
+                extra_upstream=extra_upstream,
+            )
+        )
+
+    return start
