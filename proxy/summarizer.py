@@ -22,9 +22,16 @@ from typing import Any, Protocol
 
 import httpx
 
+from proxy import wirejson
 from proxy.config import Settings, SummarizerSettings
 from proxy.core.messages import calls_text, content_text
-from proxy.core.summary_message import BYTES_PER_TOKEN, cap_summary, escape_tags, summary_token_cap
+from proxy.core.summary_message import (
+    BYTES_PER_TOKEN,
+    cap_summary,
+    escape_tags,
+    summary_token_cap,
+    well_formed,
+)
 from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.errors import SummarizerError
 
@@ -133,6 +140,7 @@ class OpenAISummarizer:
         max_tokens: int,
     ) -> str:
         lines = [transcript_line(m) for m in transcript]
+        previous = None if previous is None else well_formed(previous)
         budget = max(self._settings.max_input_tokens - max_tokens - _PROMPT_TOKENS, 256)
         chunks = self._chunks(lines, budget, model)
         summary = previous
@@ -209,9 +217,9 @@ class OpenAISummarizer:
             "messages": [
                 {
                     "role": "system",
-                    "content": instructions + "\n\n" + _HARDENING.format(delim=delim),
+                    "content": well_formed(instructions + "\n\n" + _HARDENING.format(delim=delim)),
                 },
-                {"role": "user", "content": data},
+                {"role": "user", "content": well_formed(data)},
             ],
             "max_tokens": max_tokens,
             "temperature": 0,
@@ -230,7 +238,9 @@ class OpenAISummarizer:
             raise SummarizerError("summarizer returned an empty summary")
         if len(text) < 300 and _REFUSAL.match(text):
             raise SummarizerError("summarizer refused")
-        text = escape_tags(text.replace(delim, "[delimiter]")).strip()
+        # A lone surrogate in the answer ("\\ud800" in its JSON) would make the summary
+        # unstorable: it is replaced like one in the transcript.
+        text = escape_tags(well_formed(text).replace(delim, "[delimiter]")).strip()
         return self._capped(text, model, max_tokens)  # it feeds the next chunk's call too
 
     async def _post(self, body: dict[str, Any], limit: int) -> bytes:
@@ -240,8 +250,10 @@ class OpenAISummarizer:
             async with self._client.stream(
                 "POST",
                 self._url,
-                json=body,
-                headers=self._headers,
+                # Our encoder, not httpx's: the model name is the client's when the policy says
+                # $request, and text is sent as JSON can carry it, whatever it holds.
+                content=wirejson.encode(body),
+                headers={**self._headers, "content-type": "application/json"},
                 timeout=self._settings.timeout_seconds,
             ) as response:
                 if response.status_code >= 400:
@@ -273,7 +285,8 @@ def transcript_line(message: dict[str, Any]) -> str:
     calls = calls_text(message)
     if calls:
         parts.append(f"[calls] {calls}")
-    return escape_tags(f"{label}: " + "\n".join(p for p in parts if p))
+    # A lone surrogate becomes U+FFFD: the summarizer reads the rest of the message (issue 17).
+    return well_formed(escape_tags(f"{label}: " + "\n".join(p for p in parts if p)))
 
 
 def _quote(title: str, text: str, delim: str) -> str:

@@ -292,3 +292,24 @@ def test_hostile_transcripts_and_outputs_never_forge_tags(
     assert "DELIM-1" not in text.split("Kept verbatim")[0]
     content = render_summary_message(text)["content"]
     assert len(TAG_PATTERN.findall(content)) == 2
+
+
+@pytest.mark.anyio
+async def test_lone_surrogates_are_replaced_in_what_the_summarizer_reads_and_writes(
+    counter: TokenCounter,
+) -> None:
+    """A client may send ``"\\ud800"`` (valid JSON); no UTF-8 encoder takes it (issue 17). The
+    summarizer reads U+FFFD in its place, and a surrogate in its answer is replaced too."""
+    transcript = [user("FIRST \ud800 msg, see https://x.test/\udfff/a"), assistant("ok")]
+    answer = json.dumps(completion("summary with \ud800 in it")).encode()
+    async with httpx.AsyncClient() as client:
+        with respx.mock(base_url=BASE) as mock:
+            route = mock.post("/chat/completions").respond(content=answer)
+            text = await summarizer(client, counter).summarize(
+                transcript, previous="older \udc00 summary", model="gpt-4o-mini", max_tokens=300
+            )
+    body = json.loads(route.calls.last.request.content.decode("utf-8"))  # strict UTF-8
+    data = body["messages"][1]["content"]
+    assert "FIRST \ufffd msg" in data and "older \ufffd summary" in data
+    assert "summary with \ufffd in it" in text
+    assert not re.search("[\ud800-\udfff]", text)  # the kept identifiers too

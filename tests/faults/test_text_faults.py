@@ -1,0 +1,306 @@
+"""Fault cases of hostile text, part of ``make test`` (issue 17): what a client may legally send
+that no encoder downstream of the proxy accepts as it is, and input big enough to hold the
+event loop.
+
+Each is driven as a client sends it, against a real proxy and the scripted mock provider of all
+three dialects (tests/dialects/drivers.py) on free loopback ports. The official SDKs refuse to
+send a lone surrogate or a NaN (they encode strictly), so those bodies go as raw bytes, as any
+other client (or ``json.dumps`` with its defaults) sends them. docs/faults.md lists the cases.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.dialects.drivers import Providers
+from tests.mock_upstream import MockUpstream
+from tests.proxy.conftest import settings_for
+from tests.proxy.provider import SUMMARIZER_MODEL
+from tests.servers import ThreadedUvicorn
+from tests.settle import settle
+
+ADMIN = "admin-token-for-text-faults"
+KEY = "sk-text-faults"
+SURROGATE = "\ud800"  # a lone high surrogate: valid JSON as "\ud800", invalid UTF-8 once decoded
+REPLACEMENT = "\ufffd"  # what the summarizer sees in its place (docs/policies.md)
+
+
+def config(*, mode: str = "inline", summarizer: str = "") -> str:
+    """The issue's policy: summarize every 4 interactions, keep 2, with the mock summarizer."""
+    return f"""
+store: {{url: "memory://", tenant_secret: "text-faults-tenant-secret-0123456789"}}
+summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 10{summarizer}}}
+admin: {{token: {ADMIN}}}
+policies:
+  default:
+    strategy: summarize
+    mode: {mode}
+    trigger: {{interactions: 4, context_fraction: 0}}
+    keep: {{interactions: 2}}
+"""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One compacted route: its path, its metrics label, and a body holding a chat history."""
+
+    path: str
+    label: str
+    body: Callable[[list[dict[str, str]]], dict[str, Any]]
+
+
+ROUTES = {
+    "chat": Route(
+        "/v1/chat/completions", "chat", lambda history: {"model": "gpt-4o", "messages": history}
+    ),
+    "responses": Route(
+        "/v1/responses",
+        "responses",
+        lambda history: {"model": "gpt-4o", "input": [{"type": "message", **m} for m in history]},
+    ),
+    "messages": Route(
+        "/v1/messages",
+        "messages",
+        lambda history: {"model": "claude-mock-1", "max_tokens": 64, "messages": history},
+    ),
+}
+
+
+@pytest.fixture
+def providers(mock: MockUpstream) -> Providers:
+    return Providers(mock)
+
+
+@pytest.fixture
+def start(
+    mock: MockUpstream, start_proxy: Callable[..., ThreadedUvicorn], providers: Providers
+) -> Callable[..., ThreadedUvicorn]:
+    """start(yaml) -> a proxy whose upstream (both base URLs) is the mock of every dialect."""
+
+    def run(yaml_text: str) -> ThreadedUvicorn:
+        url = mock.url  # type: ignore[attr-defined]
+        return start_proxy(settings_for(url, yaml_text, anthropic_base_url=url))
+
+    return run
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=30) as client:
+        yield client
+
+
+def raw(body: dict[str, Any]) -> bytes:
+    """The body as ``json.dumps`` writes it by default: a lone surrogate as its ``\\u`` escape,
+    NaN as ``NaN`` (what the SDKs refuse to send, and plenty of clients do)."""
+    return json.dumps(body).encode()
+
+
+def post(
+    http: httpx.Client, proxy: ThreadedUvicorn, route: Route, body: bytes, conversation: str
+) -> httpx.Response:
+    headers = {
+        "authorization": f"Bearer {KEY}",
+        "x-api-key": KEY,
+        "anthropic-version": "2023-06-01",
+        "content-type": "application/json",
+        "x-conversation-id": conversation,
+    }
+    return http.post(f"{proxy.url}{route.path}", content=body, headers=headers)
+
+
+def summary_calls(mock: MockUpstream) -> list[dict[str, Any]]:
+    """The summarizer's requests, parsed as the provider parses them: strict UTF-8 JSON."""
+    calls = []
+    for request in mock.chat_requests():
+        body = json.loads(request.body.decode("utf-8"))  # a lone surrogate's bytes would fail
+        if body.get("model") == SUMMARIZER_MODEL:
+            calls.append(body)
+    return calls
+
+
+# --- 1. a lone surrogate in a message that gets summarized ------------------------------------
+
+
+def surrogate_turns(
+    http: httpx.Client,
+    proxy: ThreadedUvicorn,
+    route: Route,
+    conversation: str,
+    *,
+    between: Callable[[int], None] | None = None,
+    first: str = f"FIRST {SURROGATE} msg",
+) -> list[httpx.Response]:
+    """The issue's conversation: user ``FIRST \\ud800 msg``, then ``ok`` / ``turn N`` up to 11."""
+    history = [{"role": "user", "content": first}]
+    responses = []
+    for n in range(2, 12):
+        response = post(http, proxy, route, raw(route.body(history)), conversation)
+        responses.append(response)
+        if between is not None:
+            between(n - 1)
+        # Turns long enough that a summary replaces more than it costs, so that it applies.
+        turn = f"turn {n}: " + "context " * 100
+        history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": turn}]
+    return responses
+
+
+@pytest.mark.parametrize("route", ROUTES.values(), ids=ROUTES.keys())
+def test_lone_surrogate_in_a_summarized_message_inline(
+    route: Route, start: Callable[..., ThreadedUvicorn], mock: MockUpstream, http: httpx.Client
+) -> None:
+    proxy = start(config(mode="inline"))
+    responses = surrogate_turns(http, proxy, route, f"surrogate-inline-{route.label}")
+    statuses = [r.status_code for r in responses]
+    assert statuses == [200] * 10, [(r.status_code, r.text[:200]) for r in responses]
+    outcomes = [r.headers["x-compaction"] for r in responses]
+    assert "applied" in outcomes and "failed" not in outcomes, outcomes
+    # The summarizer read the first message, the surrogate replaced, not left out.
+    calls = summary_calls(mock)
+    assert calls
+    first = calls[0]["messages"][1]["content"]
+    assert f"FIRST {REPLACEMENT} msg" in first, first
+    # The provider got the summary, and the newest turns as the client sent them.
+    last_prompt = mock.received[-1].body.decode("utf-8")
+    assert "<agent_summary>" in last_prompt and "SUMMARY-" in last_prompt
+
+
+@pytest.mark.parametrize("route", ROUTES.values(), ids=ROUTES.keys())
+def test_lone_surrogate_in_a_summarized_message_ahead(
+    route: Route, start: Callable[..., ThreadedUvicorn], mock: MockUpstream, http: httpx.Client
+) -> None:
+    proxy = start(config(mode="ahead"))
+
+    def settled(answered: int) -> None:
+        settle(proxy.url, route=route.label, answered=answered)
+
+    responses = surrogate_turns(
+        http, proxy, route, f"surrogate-ahead-{route.label}", between=settled
+    )
+    assert [r.status_code for r in responses] == [200] * 10
+    outcomes = [r.headers["x-compaction"] for r in responses]
+    assert "applied" in outcomes, outcomes  # the background summary was made, and applied
+    metrics = http.get(f"{proxy.url}/metrics").text
+    assert 'proxy_summarizer_calls_total{mode="ahead",outcome="error"}' not in metrics
+
+
+def admin(
+    http: httpx.Client,
+    proxy: ThreadedUvicorn,
+    method: str,
+    path: str,
+    *,
+    headers: dict[str, str] | None = None,
+    content: bytes | None = None,
+) -> httpx.Response:
+    headers = {
+        "authorization": f"Bearer {ADMIN}",
+        "x-caller-authorization": f"Bearer {KEY}",
+        **(headers or {}),
+    }
+    return http.request(method, f"{proxy.url}/admin{path}", headers=headers, content=content)
+
+
+def assert_openai_error(response: httpx.Response, param: str) -> str:
+    assert response.status_code == 400, (response.status_code, response.text)
+    error = response.json()["error"]
+    assert error.keys() == {"message", "type", "param", "code"}, error
+    assert (error["type"], error["param"]) == ("invalid_request_error", param), error
+    return error["message"]
+
+
+def test_admin_summary_edit_refuses_text_that_is_not_unicode(
+    start: Callable[..., ThreadedUvicorn], http: httpx.Client
+) -> None:
+    proxy = start(config(mode="inline"))
+    responses = surrogate_turns(http, proxy, ROUTES["chat"], "edit-me", first="FIRST msg")
+    assert "applied" in [r.headers["x-compaction"] for r in responses]
+    before = admin(http, proxy, "GET", "/conversations/edit-me").json()
+    path = "/conversations/edit-me/summary"
+    bad = [
+        # the issue's PUT: valid JSON, a lone surrogate in the text
+        ({"content-type": "application/json"}, raw({"summary": f"x {SURROGATE} y"}), "surrogate"),
+        # the same surrogate as raw UTF-8-style bytes in a JSON string
+        ({"content-type": "application/json"}, b'{"summary": "x \xed\xa0\x80 y"}', "surrogate"),
+        # invalid UTF-8 sent as text
+        ({"content-type": "text/plain"}, b"x \xff y", "UTF-8"),
+        ({"content-type": "text/plain; charset=utf-8"}, b"x \xed\xa0\x80 y", "UTF-8"),
+    ]
+    for headers, body, named in bad:
+        response = admin(http, proxy, "PUT", path, content=body, headers=headers)
+        message = assert_openai_error(response, "summary")
+        assert named in message, message
+    after = admin(http, proxy, "GET", "/conversations/edit-me").json()
+    assert after == before  # nothing stored
+    # A good edit still goes through, and text/plain keeps its UTF-8 as sent.
+    good = admin(
+        http, proxy, "PUT", path, content="naïve ✓".encode(), headers={"content-type": "text/plain"}
+    )
+    assert good.status_code == 200, good.text
+    assert good.json()["checkpoint"]["summary"] == "naïve ✓"
+
+
+def test_summarizer_answer_with_a_lone_surrogate_is_stored_replaced(
+    start: Callable[..., ThreadedUvicorn],
+    mock: MockUpstream,
+    providers: Providers,
+    http: httpx.Client,
+) -> None:
+    """A provider may answer ``"\\ud800"`` in its JSON too: the summary is still stored, sent,
+    shown by the admin API and exported, with U+FFFD in its place."""
+    answer = providers.chat._summary
+
+    def summary_with_surrogate(body: dict[str, Any]) -> Any:
+        reply = answer(body)
+        data = json.loads(reply.chunks[0])  # type: ignore[arg-type]
+        data["choices"][0]["message"]["content"] += f" path /tmp/{SURROGATE}x"
+        reply.chunks = [json.dumps(data).encode()]
+        return reply
+
+    providers.chat._summary = summary_with_surrogate  # type: ignore[method-assign]
+    proxy = start(config(mode="inline"))
+    responses = surrogate_turns(http, proxy, ROUTES["chat"], "answer", first="FIRST msg")
+    assert [r.status_code for r in responses] == [200] * 10
+    assert "applied" in [r.headers["x-compaction"] for r in responses]
+    sent = mock.received[-1].body.decode("utf-8")  # strict: the prompt is valid UTF-8
+    assert f"/tmp/{REPLACEMENT}x" in json.loads(sent)["messages"][0]["content"]
+    shown = admin(http, proxy, "GET", "/conversations/answer")
+    assert shown.status_code == 200, shown.text
+    assert f"/tmp/{REPLACEMENT}x" in shown.json()["checkpoints"][0]["summary"]
+
+
+def test_admin_preview_of_messages_with_a_lone_surrogate(
+    start: Callable[..., ThreadedUvicorn], http: httpx.Client
+) -> None:
+    proxy = start(config(mode="inline"))
+    history = [{"role": "user", "content": f"FIRST {SURROGATE} msg"}]
+    body = raw({"model": "gpt-4o", "messages": history})
+    response = admin(
+        http, proxy, "POST", "/preview", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["messages"][0]["content"] == f"FIRST {SURROGATE} msg"  # as sent
+
+
+def test_lone_surrogate_in_the_request_model_summarized_by_that_model(
+    start: Callable[..., ThreadedUvicorn], mock: MockUpstream, http: httpx.Client
+) -> None:
+    """``summarizer.model: $request``: the client's model name is sent by the summarizer and
+    stored with the checkpoint, whatever text it holds."""
+    proxy = start(config(mode="inline").replace(f"model: {SUMMARIZER_MODEL}", "model: $request"))
+    route = Route(
+        "/v1/chat/completions",
+        "chat",
+        lambda history: {"model": f"gpt-4o-{SURROGATE}", "messages": history},
+    )
+    responses = surrogate_turns(http, proxy, route, "model-name", first="FIRST msg")
+    assert [r.status_code for r in responses] == [200] * 10, [r.text[:200] for r in responses]
+    assert "applied" in [r.headers["x-compaction"] for r in responses]
+    shown = admin(http, proxy, "GET", "/conversations/model-name").json()
+    assert shown["checkpoints"][0]["model"] == f"gpt-4o-{SURROGATE}"
