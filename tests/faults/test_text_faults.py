@@ -304,3 +304,31 @@ def test_lone_surrogate_in_the_request_model_summarized_by_that_model(
     assert "applied" in [r.headers["x-compaction"] for r in responses]
     shown = admin(http, proxy, "GET", "/conversations/model-name").json()
     assert shown["checkpoints"][0]["model"] == f"gpt-4o-{SURROGATE}"
+
+
+# --- 3. NaN and Infinity survive a rewrite ------------------------------------------------------
+
+
+@pytest.mark.parametrize("route", ROUTES.values(), ids=ROUTES.keys())
+def test_nan_and_infinity_reach_the_provider_as_sent_when_compacted(
+    route: Route, start: Callable[..., ThreadedUvicorn], mock: MockUpstream, http: httpx.Client
+) -> None:
+    """``json.dumps`` writes ``NaN``, ``Infinity`` and ``-Infinity`` (Python's JSON reads them
+    back): a compacted body, re-encoded by the proxy, carries them exactly so, never ``null``."""
+    proxy = start(config(mode="inline"))
+    extra = {"temperature": float("nan"), "x_bounds": [float("inf"), -float("inf"), 0.5]}
+    history = [{"role": "user", "content": "FIRST msg"}]
+    sent = []
+    for n in range(2, 12):
+        body = raw({**route.body(history), **extra})
+        assert b'"temperature": NaN' in body and b"[Infinity, -Infinity, 0.5]" in body
+        response = post(http, proxy, route, body, f"nan-{route.label}")
+        assert response.status_code == 200, response.text
+        sent.append((response.headers["x-compaction"], mock.received[-1].body))
+        turn = f"turn {n}: " + "context " * 100
+        history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": turn}]
+    rewritten = [body for outcome, body in sent if outcome == "applied"]
+    assert rewritten, [outcome for outcome, _ in sent]
+    for body in rewritten:
+        assert b'"temperature":NaN' in body, body[:300]
+        assert b'"x_bounds":[Infinity,-Infinity,0.5]' in body, body[:300]
