@@ -89,6 +89,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.summarizer_omitted_tokens = WholeCounter(
+            "proxy_summarizer_omitted_tokens",
+            "Tokens of old turns left out of summaries, about: the oldest part over "
+            "summarizer.max_summarized_tokens (each such summary says so).",
+            registry=r,
+        )
         self.overflow_retries = Counter(
             "proxy_overflow_retries",
             "Context-overflow rescues, by outcome.",

@@ -11,6 +11,7 @@ other client (or ``json.dumps`` with its defaults) sends them. docs/faults.md li
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.core.tokens import TokenCounter
 from tests.dialects.drivers import Providers
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
@@ -125,6 +127,13 @@ def summary_calls(mock: MockUpstream) -> list[dict[str, Any]]:
     return calls
 
 
+def add_turn(history: list[dict[str, str]], n: int) -> None:
+    """The assistant's ``ok`` and user turn ``n``: long enough that a summary replaces more
+    than it costs, so that it applies."""
+    turn = f"turn {n}: " + "context " * 100
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": turn}]
+
+
 # --- 1. a lone surrogate in a message that gets summarized ------------------------------------
 
 
@@ -145,9 +154,7 @@ def surrogate_turns(
         responses.append(response)
         if between is not None:
             between(n - 1)
-        # Turns long enough that a summary replaces more than it costs, so that it applies.
-        turn = f"turn {n}: " + "context " * 100
-        history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": turn}]
+        add_turn(history, n)
     return responses
 
 
@@ -306,6 +313,100 @@ def test_lone_surrogate_in_the_request_model_summarized_by_that_model(
     assert shown["checkpoints"][0]["model"] == f"gpt-4o-{SURROGATE}"
 
 
+# --- 2. a huge old message: the summary's calls are capped, the event loop stays free --------
+
+# One summary reads at most 5400 tokens, in calls of 3000 - 200 (summary) - 1000 (prompt) = 1800.
+CAPPED = ", max_input_tokens: 3000, max_summary_tokens: 200, max_summarized_tokens: 5400"
+MAX_CALLS = 3
+HUGE_BYTES = 2_000_000  # over 1 MiB: the request is parsed and planned off the event loop too
+
+
+def huge_history() -> list[dict[str, str]]:
+    """Six interactions, the first with a 2 MB message: the trigger (4) fires on this request,
+    and the summary covers the first four, the huge one included."""
+    words = " ".join(f"line {n} of the build log, step {n % 97} passed" for n in range(200))
+    history = [{"role": "user", "content": (words + "\n") * (HUGE_BYTES // len(words))}]
+    for n in range(2, 7):
+        add_turn(history, n)
+    return history
+
+
+@pytest.mark.parametrize("route", ROUTES.values(), ids=ROUTES.keys())
+def test_a_huge_old_message_is_summarized_in_a_bounded_number_of_calls(
+    route: Route, start: Callable[..., ThreadedUvicorn], mock: MockUpstream, http: httpx.Client
+) -> None:
+    proxy = start(config(mode="inline", summarizer=CAPPED))
+    response = post(http, proxy, route, raw(route.body(huge_history())), f"huge-{route.label}")
+    assert response.status_code == 200, response.text[:300]
+    assert response.headers["x-compaction"] == "applied"
+    calls = [c["messages"][1]["content"] for c in summary_calls(mock)]
+    assert 1 <= len(calls) <= MAX_CALLS, len(calls)
+    # The newest of the summarized turns were read; the oldest part is said to be left out.
+    assert "turn 4:" in calls[-1]
+    assert "Left out of this summary: the oldest 1 message(s)" in calls[0]
+    stored = admin(http, proxy, "GET", f"/conversations/huge-{route.label}").json()
+    assert stored["checkpoints"][0]["summary"].startswith("[Left out of this summary")
+    metrics = http.get(f"{proxy.url}/metrics").text
+    omitted = [line for line in metrics.splitlines() if line.startswith("proxy_summarizer_omit")]
+    assert omitted and float(omitted[0].split()[-1]) > 100_000, omitted
+
+
+class GatedCounter(TokenCounter):
+    """The real counter, except that the first text over ``size`` characters waits until the
+    test releases it: CPU work that takes as long as the test wants."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.reached = threading.Event()
+        self.released = threading.Event()
+
+    def count_text(self, text: str, model: str) -> int:
+        if len(text) > self.size and not self.reached.is_set():
+            self.reached.set()
+            self.released.wait(timeout=60)
+        return super().count_text(text, model)
+
+
+@pytest.mark.parametrize("route", ROUTES.values(), ids=ROUTES.keys())
+def test_other_clients_are_answered_while_a_huge_message_is_read_for_its_summary(
+    route: Route,
+    mock: MockUpstream,
+    start_proxy: Callable[..., ThreadedUvicorn],
+    providers: Providers,
+    http: httpx.Client,
+) -> None:
+    """While the summarizer counts the huge message (held until released), /healthz and a
+    small chat of another client are answered: the counting is not on the event loop."""
+    counter = GatedCounter(size=50_000)
+    url = mock.url  # type: ignore[attr-defined]
+    settings = settings_for(url, config(summarizer=CAPPED), anthropic_base_url=url)
+    proxy = start_proxy(settings, counter=counter)
+    body = raw(route.body(huge_history()))
+    result: list[httpx.Response] = []
+    sender = threading.Thread(
+        target=lambda: result.append(post(http, proxy, route, body, f"gated-{route.label}"))
+    )
+    sender.start()
+    try:
+        assert counter.reached.wait(timeout=30), "the summarizer never read the huge message"
+        health = http.get(f"{proxy.url}/healthz", timeout=10)
+        small = http.post(
+            f"{proxy.url}/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": "Bearer sk-other-client"},
+            timeout=10,
+        )
+        # Answered before the huge request's summary could finish: its counting is still held.
+        assert not counter.released.is_set() and not result
+        assert health.status_code == 200 and small.status_code == 200, small.text
+    finally:
+        counter.released.set()
+        sender.join(timeout=60)
+    assert result and result[0].status_code == 200, result and result[0].text[:300]
+    assert result[0].headers["x-compaction"] == "applied"
+
+
 # --- 3. NaN and Infinity survive a rewrite ------------------------------------------------------
 
 
@@ -325,8 +426,7 @@ def test_nan_and_infinity_reach_the_provider_as_sent_when_compacted(
         response = post(http, proxy, route, body, f"nan-{route.label}")
         assert response.status_code == 200, response.text
         sent.append((response.headers["x-compaction"], mock.received[-1].body))
-        turn = f"turn {n}: " + "context " * 100
-        history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": turn}]
+        add_turn(history, n)
     rewritten = [body for outcome, body in sent if outcome == "applied"]
     assert rewritten, [outcome for outcome, _ in sent]
     for body in rewritten:
