@@ -27,6 +27,7 @@ from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.core.interactions import strip_agent_summaries
 from proxy.core.planner import Plan, PriorSummary, SummaryRequest, plan
 from proxy.core.policy import ModelInfo, PolicySettings
+from proxy.core.summary_message import well_formed
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.base import Dialect, Neutral
 from proxy.dialects.chat_completions import CHAT
@@ -534,7 +535,9 @@ class Compactor:
                     summary=text,
                     parent_id=parent_id,
                     summary_tokens=summary_tokens,
-                    model=summarizer_settings.model,
+                    # With $request the label is the client's model name: encodable text
+                    # for the store, the admin API and the export sinks (issue 17).
+                    model=well_formed(summarizer_settings.model),
                     strategy="summarize" if triggered else AHEAD,
                     dropped_messages=wanted.covered - wanted.start,
                     dropped_tokens=input_tokens,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -296,11 +298,13 @@ def test_admin_preview_of_messages_with_a_lone_surrogate(
 
 
 def test_lone_surrogate_in_the_request_model_summarized_by_that_model(
-    start: Callable[..., ThreadedUvicorn], mock: MockUpstream, http: httpx.Client
+    start: Callable[..., ThreadedUvicorn], http: httpx.Client, tmp_path: Path
 ) -> None:
     """``summarizer.model: $request``: the client's model name is sent by the summarizer and
-    stored with the checkpoint, whatever text it holds."""
-    proxy = start(config(mode="inline").replace(f"model: {SUMMARIZER_MODEL}", "model: $request"))
+    labels the checkpoint, which is stored, shown and exported (U+FFFD in the label)."""
+    exported = tmp_path / "summaries.jsonl"
+    yaml_text = config(mode="inline").replace(f"model: {SUMMARIZER_MODEL}", "model: $request")
+    proxy = start(yaml_text + f'export:\n  jsonl: {{path: "{exported}"}}\n')
     route = Route(
         "/v1/chat/completions",
         "chat",
@@ -310,7 +314,12 @@ def test_lone_surrogate_in_the_request_model_summarized_by_that_model(
     assert [r.status_code for r in responses] == [200] * 10, [r.text[:200] for r in responses]
     assert "applied" in [r.headers["x-compaction"] for r in responses]
     shown = admin(http, proxy, "GET", "/conversations/model-name").json()
-    assert shown["checkpoints"][0]["model"] == f"gpt-4o-{SURROGATE}"
+    assert shown["checkpoints"][0]["model"] == f"gpt-4o-{REPLACEMENT}"
+    deadline = time.monotonic() + 10  # export runs after the response
+    while not exported.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = exported.read_bytes().decode("utf-8").splitlines()  # strict UTF-8
+    assert json.loads(lines[0])["model"] == f"gpt-4o-{REPLACEMENT}"
 
 
 # --- 2. a huge old message: the summary's calls are capped, the event loop stays free --------
