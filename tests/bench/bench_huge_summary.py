@@ -85,11 +85,16 @@ def body_with(text: str) -> bytes:
     return json.dumps({"model": MODEL, "messages": messages}).encode()
 
 
-def probe(port: int, request: bytes, until: threading.Event, out: list[float]) -> None:
-    """One request every PROBE_EVERY seconds on one keep-alive connection, until ``until``."""
+def probe(
+    port: int, request: bytes, until: threading.Event, out: list[float], waiting: list[float]
+) -> None:
+    """One request every PROBE_EVERY seconds on one keep-alive connection, until ``until``;
+    ``waiting`` holds when the one in flight was sent (a proxy may never answer it)."""
     with wire.Connection(port, timeout=900) as conn:
         while not until.is_set():
+            waiting[:] = [time.monotonic()]
             reply = conn.exchange(request)
+            waiting.clear()
             if reply.status != 200:
                 raise SystemExit(f"probe answered {reply.status}")
             out.append(reply.elapsed * 1000)
@@ -130,8 +135,13 @@ def main(argv: list[str] | None = None) -> int:
             chat = wire.post(proxy.port, CHAT, small, KEY)
             done = threading.Event()
             samples: dict[str, list[float]] = {"/healthz": [], "small chat": []}
+            waiting: dict[str, list[float]] = {name: [] for name in samples}
             probes = [
-                threading.Thread(target=probe, args=(proxy.port, request, done, samples[name]))
+                threading.Thread(
+                    target=probe,
+                    args=(proxy.port, request, done, samples[name], waiting[name]),
+                    daemon=True,  # one the proxy never answers is left behind
+                )
                 for name, request in (("/healthz", health), ("small chat", chat))
             ]
             for thread in probes:
@@ -152,8 +162,13 @@ def main(argv: list[str] | None = None) -> int:
             took = time.monotonic() - started
             done.set()
             for thread in probes:
-                thread.join(timeout=150)
-            metrics = httpx.get(f"http://127.0.0.1:{proxy.port}/metrics").text
+                thread.join(timeout=5)
+            for name, since in waiting.items():  # unanswered: counted as waiting until now
+                samples[name].extend((time.monotonic() - t) * 1000 for t in since)
+            try:
+                metrics = httpx.get(f"http://127.0.0.1:{proxy.port}/metrics", timeout=30).text
+            except httpx.TimeoutException:
+                metrics = ""  # still busy with the huge request
         finally:
             proxy.server.stop()
             mock.server.stop()
