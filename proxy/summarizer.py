@@ -235,9 +235,12 @@ class OpenAISummarizer:
             if len(text) > left * _CHARS_PER_TOKEN_BOUND:
                 text = _tail(text, left * _CHARS_PER_TOKEN_BOUND)
             tokens = self._counter.count_text(text, model)
-            if tokens > left:
+            for _ in range(4):  # each pass cuts in proportion to the excess
+                if tokens <= left:
+                    break
                 text = _tail(text, len(text) * left // tokens)
-                tokens = min(left, self._counter.count_text(text, model))
+                tokens = self._counter.count_text(text, model)
+            tokens = min(left, tokens)
             kept.append(text)
             counts.append(tokens)
             left -= tokens
