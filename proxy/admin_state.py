@@ -31,9 +31,9 @@ from proxy.core.plan_view import describe_checkpoint
 from proxy.core.summary_message import (
     BYTES_PER_TOKEN,
     escape_tags,
-    lone_surrogate,
     summary_token_cap,
 )
+from proxy.core.text import lone_surrogate
 from proxy.core.tokens import TokenCounter
 from proxy.errors import InvalidRequest, NotFound, PayloadTooLarge
 from proxy.store import ConversationInfo, Store

@@ -27,7 +27,7 @@ from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.core.interactions import strip_agent_summaries
 from proxy.core.planner import Plan, PriorSummary, SummaryRequest, plan
 from proxy.core.policy import ModelInfo, PolicySettings
-from proxy.core.summary_message import well_formed
+from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.base import Dialect, Neutral
 from proxy.dialects.chat_completions import CHAT

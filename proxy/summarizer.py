@@ -40,8 +40,8 @@ from proxy.core.summary_message import (
     cap_summary,
     escape_tags,
     summary_token_cap,
-    well_formed,
 )
+from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter, lookup_model, pieces
 from proxy.errors import SummarizerError
 

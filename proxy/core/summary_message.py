@@ -82,29 +82,6 @@ def _own_prefix(final_prompt: str | None) -> str:
     return f"{OPEN_TAG}\n" + frame.split(PLACEHOLDER)[0].rstrip()
 
 
-# A lone surrogate is valid JSON ("\\ud800"; some tokenizers and truncating editors produce one)
-# but no UTF-8 encoder takes it: in a summary it would break every store, export and response
-# that carries the text (issue 17).
-_SURROGATE = re.compile("[\ud800-\udfff]")
-REPLACEMENT = "\ufffd"
-
-
-def well_formed(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD, the replacement character: what a
-    summarizer reads and what a summary holds is always encodable text."""
-    if text.isascii():
-        return text
-    return _SURROGATE.sub(REPLACEMENT, text)
-
-
-def lone_surrogate(text: str) -> int | None:
-    """Where the first lone surrogate of ``text`` is, or None."""
-    if text.isascii():
-        return None
-    found = _SURROGATE.search(text)
-    return None if found is None else found.start()
-
-
 def escape_tags(text: str) -> str:
     """Neutralise anything that looks like an agent_summary tag ("<" becomes "&lt;")."""
     return TAG_PATTERN.sub(lambda m: "&lt;" + m.group(0)[1:], text)

@@ -322,6 +322,22 @@ def test_lone_surrogate_in_the_request_model_summarized_by_that_model(
     assert json.loads(lines[0])["model"] == f"gpt-4o-{REPLACEMENT}"
 
 
+@pytest.mark.parametrize("route", ROUTES.values(), ids=ROUTES.keys())
+def test_a_model_name_with_a_lone_surrogate_never_breaks_metrics(
+    route: Route, start: Callable[..., ThreadedUvicorn], http: httpx.Client
+) -> None:
+    """The model name labels per-model gauges (window, token factor): one client's odd name
+    must not make /metrics a 500 for every scrape after it."""
+    proxy = start(config(mode="inline"))
+    body = route.body([{"role": "user", "content": "hello " * 50}])
+    body["model"] = body["model"] + SURROGATE  # gpt-4o / claude-mock-1: a built-in window
+    for _ in range(3):
+        assert post(http, proxy, route, raw(body), "odd-model").status_code == 200
+    metrics = http.get(f"{proxy.url}/metrics")
+    assert metrics.status_code == 200, metrics.text[:300]
+    assert f'model="{body["model"][:-1]}{REPLACEMENT}"' in metrics.text
+
+
 # --- 2. a huge old message: the summary's calls are capped, the event loop stays free --------
 
 # One summary reads at most 5400 tokens, in calls of 3000 - 200 (summary) - 1000 (prompt) = 1800.
