@@ -182,6 +182,14 @@ class OpenAISummarizer:
         max_tokens: int,
     ) -> str:
         source = await asyncio.to_thread(self.read, transcript, model, max_tokens)
+        previous = None if previous is None else well_formed(previous)
+        summary = previous
+        for chunk in source.chunks:
+            summary = await self._summarize_chunk(chunk, summary, model, max_tokens)
+        if summary is None:  # read() always yields one chunk; this keeps the types honest
+            raise SummarizerError("nothing to summarize")
+        if len(source.chunks) == 1:  # densifying needs the whole source in one call
+            summary = await self._densify(source.chunks[0], summary, model, max_tokens)
         if source.omitted_tokens:
             logger.warning(
                 "a summary left out the oldest %d message(s), about %d tokens "
@@ -192,14 +200,6 @@ class OpenAISummarizer:
             )
             if self._on_omitted is not None:
                 self._on_omitted(source.omitted_tokens)
-        previous = None if previous is None else well_formed(previous)
-        summary = previous
-        for chunk in source.chunks:
-            summary = await self._summarize_chunk(chunk, summary, model, max_tokens)
-        if summary is None:  # read() always yields one chunk; this keeps the types honest
-            raise SummarizerError("nothing to summarize")
-        if len(source.chunks) == 1:  # densifying needs the whole source in one call
-            summary = await self._densify(source.chunks[0], summary, model, max_tokens)
         return await asyncio.to_thread(self._finish, summary, previous, source, model, max_tokens)
 
     def read(self, transcript: Sequence[dict[str, Any]], model: str, max_tokens: int) -> Source:
