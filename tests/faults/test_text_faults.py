@@ -50,28 +50,39 @@ policies:
 """
 
 
+OPENAI_AUTH = {"authorization": f"Bearer {KEY}"}
+ANTHROPIC_AUTH = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+
+
 @dataclass(frozen=True)
 class Route:
-    """One compacted route: its path, its metrics label, and a body holding a chat history."""
+    """One compacted route: its path, its metrics label, a body holding a chat history, and
+    the credential headers its SDK sends."""
 
     path: str
     label: str
     body: Callable[[list[dict[str, str]]], dict[str, Any]]
+    auth: dict[str, str]
 
 
 ROUTES = {
     "chat": Route(
-        "/v1/chat/completions", "chat", lambda history: {"model": "gpt-4o", "messages": history}
+        "/v1/chat/completions",
+        "chat",
+        lambda history: {"model": "gpt-4o", "messages": history},
+        OPENAI_AUTH,
     ),
     "responses": Route(
         "/v1/responses",
         "responses",
         lambda history: {"model": "gpt-4o", "input": [{"type": "message", **m} for m in history]},
+        OPENAI_AUTH,
     ),
     "messages": Route(
         "/v1/messages",
         "messages",
         lambda history: {"model": "claude-mock-1", "max_tokens": 64, "messages": history},
+        ANTHROPIC_AUTH,
     ),
 }
 
@@ -110,9 +121,7 @@ def post(
     http: httpx.Client, proxy: ThreadedUvicorn, route: Route, body: bytes, conversation: str
 ) -> httpx.Response:
     headers = {
-        "authorization": f"Bearer {KEY}",
-        "x-api-key": KEY,
-        "anthropic-version": "2023-06-01",
+        **route.auth,
         "content-type": "application/json",
         "x-conversation-id": conversation,
     }
@@ -309,6 +318,7 @@ def test_lone_surrogate_in_the_request_model_summarized_by_that_model(
         "/v1/chat/completions",
         "chat",
         lambda history: {"model": f"gpt-4o-{SURROGATE}", "messages": history},
+        OPENAI_AUTH,
     )
     responses = surrogate_turns(http, proxy, route, "model-name", first="FIRST msg")
     assert [r.status_code for r in responses] == [200] * 10, [r.text[:200] for r in responses]
