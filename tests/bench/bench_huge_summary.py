@@ -93,7 +93,10 @@ def probe(
     with wire.Connection(port, timeout=900) as conn:
         while not until.is_set():
             waiting[:] = [time.monotonic()]
-            reply = conn.exchange(request)
+            try:
+                reply = conn.exchange(request)
+            except OSError:  # the proxy was stopped while this one waited
+                return
             waiting.clear()
             if reply.status != 200:
                 raise SystemExit(f"probe answered {reply.status}")
