@@ -249,6 +249,13 @@ class SummarizerSettings(_Model):
     max_input_tokens: int = Field(
         100_000, gt=0, description="Largest transcript one call may take; longer is chunked."
     )
+    max_summarized_tokens: int = Field(
+        400_000,
+        gt=0,
+        description="The most of the old turns one summary reads (newest first), so a huge old "
+        "message costs at most this divided by max_input_tokens calls; the oldest part beyond "
+        "it is left out, and the summary says so (metric proxy_summarizer_omitted_tokens).",
+    )
     cod_max_loops: int = Field(
         0, ge=0, description="Chain-of-Density densification loops (0 = off)."
     )

@@ -11,6 +11,7 @@ import pytest
 from tests.faults.replicas import Replica, proxy_config
 from tests.faults.tcp_fault import FaultProxy
 from tests.mock_upstream import MockUpstream
+from tests.proxy.conftest import mock, start_proxy  # noqa: F401  (in-process proxies)
 from tests.proxy.provider import Provider
 from tests.redis_server import RedisServer, own_redis_server
 from tests.servers import ThreadedUvicorn
@@ -30,10 +31,10 @@ def fault(redis_server: RedisServer) -> Iterator[FaultProxy]:
 
 @pytest.fixture
 def provider() -> Iterator[Provider]:
-    mock = MockUpstream()
-    with ThreadedUvicorn(mock) as server:
-        mock.url = server.url  # type: ignore[attr-defined]
-        yield Provider(mock)
+    upstream = MockUpstream()
+    with ThreadedUvicorn(upstream) as server:
+        upstream.url = server.url  # type: ignore[attr-defined]
+        yield Provider(upstream)
 
 
 @pytest.fixture
