@@ -31,7 +31,7 @@ from proxy.metrics import Metrics
 from proxy.overflow import look_for_overflow
 from proxy.recorder import Recorder
 from proxy.request import ClientRequest, Outgoing, Rewriter
-from proxy.upstream.base import RawHeaders, UpstreamClient
+from proxy.upstream.base import RawHeaders, UpstreamClient, UpstreamResponse
 
 OPENAI = OpenAIWire()  # every other route under /v1 speaks OpenAI's API
 
@@ -272,6 +272,7 @@ async def forward(
     assert upstream is not None, "the upstream client is created in the lifespan"
     started = time.perf_counter()
     streamed = outgoing is None and streamed
+    answer: ResponseTail | UpstreamResponse | None = None  # the provider's, once it answers
     async with CancelOnDisconnect(receive, watch_now=not streamed) as guard:
         body: bytes | AsyncIterator[bytes] | None = None
         if outgoing is not None:
@@ -303,9 +304,9 @@ async def forward(
             return
         exchange.upstream_ms = (time.perf_counter() - started) * 1000
         exchange.answered = True
-        observe = outgoing.observe if outgoing is not None else None
-        if observe is not None:
-            response = tail = ResponseTail(response)
+        answer = response
+        if outgoing is not None and outgoing.observe is not None:
+            response = answer = ResponseTail(response)
         try:
             await relay(response, send, exchange, extra_headers=extra_headers)
         except UpstreamError as error:
@@ -314,10 +315,7 @@ async def forward(
             return
         finally:
             await response.aclose()
-        if observe is not None:
-            observe(response.status, response.headers, tail.tail())
-        if outgoing is not None and outgoing.after is not None and response.status < 400:
-            outgoing.after()
+        _after_response(outgoing, answer)
         return
     # Reached only when the client disconnected, or its body outgrew the limit.
     if guard.refused is not None and not exchange.answered:  # a 413, not a 499
@@ -328,7 +326,24 @@ async def forward(
         return
     if exchange.responded:
         exchange.client_left = True
+        # The provider answered and the turn happened: openai-python, for one, closes a stream
+        # as soon as it reads `data: [DONE]`, often before the provider's body has ended.
+        _after_response(outgoing, answer)
         return
     exchange.status = CLIENT_CLOSED
     if exchange.upstream_ms is None:  # it left while the provider had not answered
         exchange.upstream_ms = (time.perf_counter() - started) * 1000
+
+
+def _after_response(
+    outgoing: Outgoing | None, answer: ResponseTail | UpstreamResponse | None
+) -> None:
+    """What the rewrite asked for once the provider has answered: its observer sees the answer
+    (the end of it, for usage), and its ``after`` work (the ahead-of-time summary) is queued
+    unless the provider refused the request."""
+    if outgoing is None or answer is None:
+        return
+    if outgoing.observe is not None and isinstance(answer, ResponseTail):
+        outgoing.observe(answer.status, answer.headers, answer.tail())
+    if outgoing.after is not None and answer.status < 400:
+        outgoing.after()

@@ -19,6 +19,7 @@ from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider, check_sent,
 from tests.redis_server import own_redis_server
 from tests.sdk_clients import closed_after_test
 from tests.servers import ThreadedUvicorn
+from tests.settle import settle
 
 ADMIN = "admin-token-for-tests"
 KEY = "sk-caller-one"
@@ -133,6 +134,34 @@ def test_ahead_mode_summarizes_after_the_response(mock, provider: Provider, star
     assert outcomes[:5] == ["skipped"] * 5
     assert outcomes[-5:] == ["applied"] * 5
     assert provider.summaries >= 2
+
+
+def test_ahead_work_survives_a_client_that_stops_reading_at_done(
+    mock, provider: Provider, start_proxy
+) -> None:
+    """openai-python stops reading a stream at ``data: [DONE]`` and closes the connection. A
+    provider that ends its body a moment after that event must not cost the turn its
+    after-response work (the ahead-of-time summary), or the conversation is never compacted."""
+
+    def answer(request):
+        reply = provider(request)
+        if request.body and json.loads(request.body).get("stream"):
+            reply.chunks = [*reply.chunks, 0.3]  # the body ends 0.3 s after [DONE]
+        return reply
+
+    mock.default = answer
+    server = start_proxy(settings_for(mock.url, config("memory://", mode="ahead")))
+    client = client_for(server)
+    history = [SYSTEM]
+    for turn in range(12):
+        history.append({"role": "user", "content": f"Step {turn}"})
+        stream = client.chat.completions.create(model="gpt-4o", messages=history, stream=True)
+        with stream:
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        history.append({"role": "assistant", "content": text})
+        settle(server.url, route="chat", answered=turn + 1)
+    assert provider.summaries >= 1
+    assert provider.chat_requests()[-1]["messages"][1]["content"].startswith("<agent_summary>")
 
 
 def test_edited_history_never_gets_a_summary_of_what_it_does_not_have(
