@@ -1,0 +1,80 @@
+"""Hostile clients, as reusable functions for the fault suite and the campaign (``make soak``).
+
+Each drives raw sockets on loopback, is bounded (a fixed number of connections, a fixed time) and
+closes everything it opened before it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ExpectAttack:
+    """What :func:`expect_without_body` saw."""
+
+    connections: int  # opened and sent a head
+    refused: int  # could not connect or send (the proxy's connection limit, a reset)
+    continues: int  # were told "100 Continue" (the proxy reading the body, as it should)
+    answered: int  # got a final status line before they left (a 408, a 503)
+
+
+def expect_without_body(
+    port: int,
+    *,
+    path: str = "/v1/files",
+    connections: int = 300,
+    body_bytes: int = 2_000_000,
+    hold_seconds: float = 2.0,
+    host: str = "127.0.0.1",
+    extra_headers: tuple[tuple[str, str], ...] = (),
+) -> ExpectAttack:
+    """Issue 17's wedge: ``connections`` clients each send a request head announcing a
+    ``body_bytes`` upload with ``Expect: 100-continue``, then send no body, wait ``hold_seconds``
+    and leave (close). curl sends the same head by itself for any upload over 1 MiB; an attacker
+    just never follows it with the body.
+
+    A proxy that forwards the ``Expect`` and waits for the provider's ``100 Continue`` (which a
+    provider that reads the body first never sends) holds one upstream connection per such
+    client, for ever once the client has left: afterwards every route answers 504. A sound one
+    answers the 100 itself, reads (waits for) the body within its own timeouts, and releases
+    the upstream connection when the client leaves.
+    """
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\nauthorization: Bearer sk-attacker\r\n"
+        f"content-type: application/octet-stream\r\ncontent-length: {body_bytes}\r\n"
+        + "".join(f"{name}: {value}\r\n" for name, value in extra_headers)
+        + "expect: 100-continue\r\n\r\n"
+    ).encode()
+    sockets: list[socket.socket] = []
+    refused = continues = answered = 0
+    try:
+        for _ in range(connections):
+            try:
+                sock = socket.create_connection((host, port), timeout=5)
+                sock.sendall(head)
+            except OSError:
+                refused += 1
+                continue
+            sock.setblocking(False)
+            sockets.append(sock)
+        deadline = time.monotonic() + hold_seconds
+        seen = [b""] * len(sockets)
+        while time.monotonic() < deadline:
+            for i, sock in enumerate(sockets):
+                with contextlib.suppress(BlockingIOError, OSError):
+                    seen[i] += sock.recv(4096)
+            time.sleep(0.05)
+        for got in seen:
+            if got.startswith(b"HTTP/1.1 100"):
+                continues += 1
+                got = got.split(b"\r\n\r\n", 1)[1]
+            if got.startswith(b"HTTP/1.1 "):
+                answered += 1
+    finally:
+        for sock in sockets:
+            sock.close()
+    return ExpectAttack(len(sockets), refused, continues, answered)
