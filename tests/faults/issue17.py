@@ -116,11 +116,13 @@ DIALECTS = (
 
 
 def growing(first: str, turns: int, *, marker: str = "") -> Iterator[Turns]:
-    """The history a client resends each turn: ``first``, then ``ok`` / ``turn N``."""
+    """The history a client resends each turn: ``first``, then ``ok`` / ``turn N`` (with
+    ``<marker>-tN`` in it when a marker is given)."""
     history: Turns = [("user", first)]
     yield list(history)
     for n in range(2, turns + 1):
-        history += [("assistant", "ok"), ("user", f"turn {n}{marker and f' {marker}-t{n}'}")]
+        text = f"turn {n}" + (f" {marker}-t{n}" if marker else "")
+        history += [("assistant", "ok"), ("user", text)]
         yield list(history)
 
 
@@ -619,34 +621,49 @@ async def expect_continue_upload(
     answer_wait: float = 60.0,
 ) -> str:
     """An upload as curl sends one above 1 MiB: ``Expect: 100-continue``, up to 1 s for the
-    ``100 Continue``, then the body anyway, as fast as the connection takes it; then the answer's
-    status, or why there is none once ``answer_wait`` has passed (the client gives up and leaves)."""
+    ``100 Continue``, then the body anyway, as fast as the connection takes it; then the final
+    answer's status (a ``100`` arriving late is skipped, as curl does), or why there is none once
+    ``answer_wait`` has passed (the client gives up and leaves)."""
     reader, writer = await asyncio.open_connection(host, port)
     deadline = time.monotonic() + answer_wait
+
+    def left() -> float:
+        return max(0.01, deadline - time.monotonic())
+
     try:
         lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Expect: 100-continue"]
         lines += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
         try:
-            status = await asyncio.wait_for(reader.readline(), continue_wait)
+            early = await asyncio.wait_for(_status(reader), continue_wait)
         except TimeoutError:
-            status = b""
-        if status and status.split()[1:2] != [b"100"]:
-            return status.split()[1].decode()  # a final answer before the body (417, 413 ...)
-        if status:
-            await reader.readline()  # the blank line after "100 Continue"
+            early = None
+        if early is not None and early != "100":
+            return early  # a final answer before the body (417, 413 ...)
         view = memoryview(body)
         for start in range(0, len(body), 64 * 1024):
             writer.write(view[start : start + 64 * 1024])
-            await asyncio.wait_for(writer.drain(), max(0.01, deadline - time.monotonic()))
-        status = await asyncio.wait_for(reader.readline(), max(0.01, deadline - time.monotonic()))
-        return status.split()[1].decode() if status else "closed"
+            await asyncio.wait_for(writer.drain(), left())
+        while (status := await asyncio.wait_for(_status(reader), left())) == "100":
+            pass
+        return status
     except TimeoutError:
         return "no answer"
     except OSError as exc:
         return type(exc).__name__
     finally:
         writer.close()
+
+
+async def _status(reader: asyncio.StreamReader) -> str:
+    """The status of the next response head on the connection, its header lines read too;
+    ``closed`` when the connection ends first."""
+    line = await reader.readline()
+    if not line:
+        return "closed"
+    while await reader.readline() not in (b"\r\n", b"\n", b""):
+        pass  # the head's header lines
+    return line.split()[1].decode()
 
 
 def expect_targets(size: int) -> dict[str, tuple[str, dict[str, str], bytes]]:
