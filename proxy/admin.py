@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy import wirejson
-from proxy.admin_state import state_routes
+from proxy.admin_state import AdminJSON, state_routes
 from proxy.config import Settings
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.plan_view import describe_checkpoint, describe_plan, describe_record
@@ -181,18 +181,18 @@ def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list
         record = await store.inspect(tenant, conversation_id(request))
         if record is None:
             return _error(NotFound("no such conversation", code="not_found"))
-        return JSONResponse({"tenant": tenant, **describe_record(record)})
+        return AdminJSON({"tenant": tenant, **describe_record(record)})
 
     async def show_checkpoint(request: Request, tenant: str) -> Response:
         record = await store.inspect(tenant, conversation_id(request))
         checkpoint = record.get(request.path_params["checkpoint_id"]) if record else None
         if checkpoint is None:
             return _error(NotFound("no such checkpoint", code="not_found"))
-        return JSONResponse(describe_checkpoint(checkpoint))
+        return AdminJSON(describe_checkpoint(checkpoint))
 
     async def forget(request: Request, tenant: str) -> Response:
         deleted = await store.delete(tenant, conversation_id(request))
-        return JSONResponse({"deleted": deleted})
+        return AdminJSON({"deleted": deleted})
 
     async def compact(request: Request, tenant: str) -> Response:
         body = await body_of(request)
@@ -204,7 +204,7 @@ def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list
             policy_name=body.get("policy"),
             credentials=_caller_credentials(request),
         )
-        return JSONResponse(
+        return AdminJSON(
             {
                 "checkpoint": None if checkpoint is None else describe_checkpoint(checkpoint),
                 "plan": describe_plan(plan, include_messages=False),
@@ -214,7 +214,7 @@ def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list
     async def preview(request: Request, tenant: str) -> Response:
         body = await body_of(request)
         plan = preview_plan(compactor, body, policy_name=body.get("policy"), tenant=tenant)
-        return JSONResponse(describe_plan(plan))
+        return AdminJSON(describe_plan(plan))
 
     if token is None:
         return []

@@ -28,7 +28,12 @@ from proxy.config import Settings
 from proxy.core import history
 from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.plan_view import describe_checkpoint
-from proxy.core.summary_message import BYTES_PER_TOKEN, escape_tags, summary_token_cap
+from proxy.core.summary_message import (
+    BYTES_PER_TOKEN,
+    escape_tags,
+    summary_token_cap,
+)
+from proxy.core.text import lone_surrogate
 from proxy.core.tokens import TokenCounter
 from proxy.errors import InvalidRequest, NotFound, PayloadTooLarge
 from proxy.store import ConversationInfo, Store
@@ -36,6 +41,15 @@ from proxy.store import ConversationInfo, Store
 Handler = Callable[[Request, str], Awaitable[Response]]
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
+
+
+class AdminJSON(JSONResponse):
+    """An admin answer as the request path writes JSON (``proxy.wirejson``): text that no UTF-8
+    encoder takes, a lone surrogate a client sent in a message or a model name, goes out as its
+    ``\\u`` escape, as the client sent it, instead of making the answer a 500 (issue 17)."""
+
+    def render(self, content: Any) -> bytes:
+        return wirejson.encode(content)
 
 
 def _describe_info(info: ConversationInfo) -> dict[str, Any]:
@@ -81,7 +95,14 @@ def _page_args(request: Request) -> tuple[int, float | None]:
 def _new_summary(raw: bytes, content_type: str, *, patch: bool) -> tuple[str, str | None]:
     """The corrected text and the checkpoint it corrects (None: the current one)."""
     if content_type.split(";")[0].strip().lower() == "text/plain":
-        text: object = raw.decode("utf-8", "replace")
+        try:
+            text: object = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(
+                f"the summary is not valid UTF-8 (byte {exc.start})",
+                param="summary",
+                code="invalid_summary",
+            ) from exc
         target: object = None
     else:
         body = wirejson.parse(raw)
@@ -97,6 +118,14 @@ def _new_summary(raw: bytes, content_type: str, *, patch: bool) -> tuple[str, st
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequest(
             "summary must be a non-empty string", param="summary", code="invalid_summary"
+        )
+    at = lone_surrogate(text)
+    if at is not None:  # valid JSON ("\\ud800"), but no text a summary can be stored or sent as
+        raise InvalidRequest(
+            f"the summary holds a lone surrogate (U+{ord(text[at]):04X}) at character {at}: "
+            "it must be Unicode text",
+            param="summary",
+            code="invalid_summary",
         )
     if target is not None and (not isinstance(target, str) or not target):
         raise InvalidRequest(
@@ -119,7 +148,7 @@ def state_routes(
         limit, before = _page_args(request)
         page = await store.list_conversations(tenant, limit=limit, before=before)
         cursor = None if page.next_before is None else repr(page.next_before)
-        return JSONResponse(
+        return AdminJSON(
             {
                 "object": "list",
                 "data": [_describe_info(info) for info in page.conversations],
@@ -167,7 +196,7 @@ def state_routes(
         record = await store.change(tenant, cid, correct)
         if record is None:
             raise NotFound("no such conversation", code="not_found")
-        return JSONResponse(
+        return AdminJSON(
             {"checkpoint": describe_checkpoint(made[0]), "corrects": made[0].parent_id}
         )
 
@@ -189,7 +218,7 @@ def state_routes(
         record = await store.change(tenant, conversation_id(request), restored)
         if record is None:
             raise NotFound("no such conversation", code="not_found")
-        return JSONResponse(
+        return AdminJSON(
             {"current": checkpoint_id, "retired": sorted(record.retired)},
         )
 

@@ -88,7 +88,13 @@ def create_app(
         settings,
         store=store,
         counter=counter,
-        summarizer_for=summarizer_for or summarizer_factory(settings, summarizer_client, counter),
+        summarizer_for=summarizer_for
+        or summarizer_factory(
+            settings,
+            summarizer_client,
+            counter,
+            on_omitted=metrics.summarizer_omitted_tokens.inc,
+        ),
         background=background,
         metrics=metrics,
         windows=windows,

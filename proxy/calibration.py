@@ -17,11 +17,11 @@ events when ``stream_options.include_usage`` is set), and the number is read onc
 from __future__ import annotations
 
 import re
-import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 
 from proxy.config import CalibrationSettings
+from proxy.content_coding import Decoder
 from proxy.core.policy import PolicySettings
 from proxy.upstream.base import UpstreamResponse
 
@@ -44,39 +44,25 @@ def prompt_tokens(tail: bytes) -> int | None:
 
 
 class ResponseTail:
-    """An upstream response relayed as it is, keeping its last ``TAIL_BYTES`` (decoded from
-    gzip or deflate when the provider compressed it) for a look once it has ended."""
+    """An upstream response relayed as it is, keeping the last ``TAIL_BYTES`` of its decoded body
+    (proxy/content_coding.py: providers compress their answers) for a look once it has ended."""
 
     def __init__(self, response: UpstreamResponse) -> None:
         self._response = response
         self.status = response.status
         self.headers = response.headers
         self._tail = bytearray()
-        self._inflate: zlib._Decompress | None = None
-        self.readable = True
-        for name, value in response.headers:
-            if name.lower() == b"content-encoding":
-                coding = value.strip().lower()
-                if coding in (b"gzip", b"x-gzip", b"deflate"):
-                    self._inflate = zlib.decompressobj(wbits=47)
-                elif coding != b"identity":
-                    self.readable = False  # br, zstd: not worth a dependency to read a number
+        # Decoding every byte is the price of reading a compressed tail; it is cheap next to
+        # relaying it, and only compacted requests pay it.
+        self._decoder = Decoder.of(response.headers)
 
     async def iter_raw(self) -> AsyncIterator[bytes]:
         async for chunk in self._response.iter_raw():
-            if chunk and self.readable:
-                self._keep(chunk)
+            if chunk and self._decoder.readable:
+                self._keep(self._decoder.decode(chunk))
             yield chunk
 
     def _keep(self, chunk: bytes) -> None:
-        if self._inflate is not None:
-            try:
-                # Decompressing every byte is the price of reading a compressed tail; it is
-                # cheap next to relaying it, and only compacted requests pay it.
-                chunk = self._inflate.decompress(chunk)
-            except zlib.error:
-                self.readable = False
-                return
         self._tail += chunk
         if len(self._tail) > 2 * TAIL_BYTES:
             del self._tail[:-TAIL_BYTES]
@@ -88,7 +74,7 @@ class ResponseTail:
         await self._response.aclose()
 
     def tail(self) -> bytes:
-        return bytes(self._tail[-TAIL_BYTES:]) if self.readable else b""
+        return bytes(self._tail[-TAIL_BYTES:]) if self._decoder.readable else b""
 
 
 class Calibration:

@@ -27,6 +27,7 @@ from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.core.interactions import strip_agent_summaries
 from proxy.core.planner import Plan, PriorSummary, SummaryRequest, plan
 from proxy.core.policy import ModelInfo, PolicySettings
+from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.base import Dialect, Neutral
 from proxy.dialects.chat_completions import CHAT
@@ -326,7 +327,7 @@ class Compactor:
 
         def observe(status: int, headers: RawHeaders, body: bytes) -> None:
             if status >= 400:
-                self.windows.learn(conv.model, status, body, headers)
+                self.windows.learn(conv.model, status, body)
             elif status == 200:
                 self.calibration.observe(
                     conv.model, counted=sent.tokens_after, reported=prompt_tokens(body)
@@ -477,10 +478,14 @@ class Compactor:
         try:
             # The plan may be stale (a background job, or a summary finished by someone else
             # meanwhile): extend the deepest stored checkpoint, never re-read what it covers.
-            existing = find_deepest(
-                await self.store.load(conv.tenant, conv.conversation_id),
-                conv.messages,
-                facts=self.counter.facts,
+            existing = await _work(
+                conv.heavy,
+                partial(
+                    find_deepest,
+                    await self.store.load(conv.tenant, conv.conversation_id),
+                    conv.messages,
+                    facts=self.counter.facts,
+                ),
             )
             if existing is not None and existing.covered >= wanted.covered:
                 return existing
@@ -515,19 +520,28 @@ class Compactor:
             self.metrics.summarizer_latency.observe(time.perf_counter() - started)
             self.metrics.summarizer_calls.labels("ok", mode).inc()
             summary_tokens = self.counter.count_text(text, summarizer_settings.model)
-            input_tokens = self.counter.count_messages(list(wanted.messages), conv.model)
+            # Counting and hashing a huge history is CPU work: off the event loop (issue 17).
+            input_tokens = await _work(
+                conv.heavy, self.counter.count_messages, list(wanted.messages), conv.model
+            )
             self.metrics.summarizer_tokens.labels("input").inc(input_tokens)
             self.metrics.summarizer_tokens.labels("output").inc(summary_tokens)
-            checkpoint = Checkpoint.create(
-                conv.messages,
-                covered=wanted.covered,
-                summary=text,
-                parent_id=parent_id,
-                summary_tokens=summary_tokens,
-                model=summarizer_settings.model,
-                strategy="summarize" if triggered else AHEAD,
-                dropped_messages=wanted.covered - wanted.start,
-                dropped_tokens=input_tokens,
+            checkpoint = await _work(
+                conv.heavy,
+                partial(
+                    Checkpoint.create,
+                    conv.messages,
+                    covered=wanted.covered,
+                    summary=text,
+                    parent_id=parent_id,
+                    summary_tokens=summary_tokens,
+                    # With $request the label is the client's model name: encodable text
+                    # for the store, the admin API and the export sinks (issue 17).
+                    model=well_formed(summarizer_settings.model),
+                    strategy="summarize" if triggered else AHEAD,
+                    dropped_messages=wanted.covered - wanted.start,
+                    dropped_tokens=input_tokens,
+                ),
             )
             await self.store.add_checkpoint(conv.tenant, conv.conversation_id, checkpoint)
             self.hooks.summary_made(conv, checkpoint)

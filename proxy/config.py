@@ -130,6 +130,16 @@ class UpstreamSettings(_Model):
         description="Ask the provider's /models (once per model, in the background) for the "
         "context window of a model the models table does not fix.",
     )
+    stream_hold_seconds: float = Field(
+        0.5,
+        ge=0,
+        le=30,
+        description="A streamed answer to a request the proxy could compact harder is held at "
+        "most this long, until its first event that is not an opening one (response.created, "
+        "response.in_progress), to see whether the provider fails it as too long (then it is "
+        "rescued). Past it the opening events are relayed, and a later failure reaches the "
+        "client as sent. 0: nothing held (no rescue of an in-stream overflow).",
+    )
 
     @model_validator(mode="after")
     def _check_url(self) -> UpstreamSettings:
@@ -238,6 +248,13 @@ class SummarizerSettings(_Model):
     )
     max_input_tokens: int = Field(
         100_000, gt=0, description="Largest transcript one call may take; longer is chunked."
+    )
+    max_summarized_tokens: int = Field(
+        400_000,
+        gt=0,
+        description="The most of the old turns one summary reads (newest first), so a huge old "
+        "message costs at most this divided by max_input_tokens calls; the oldest part beyond "
+        "it is left out, and the summary says so (metric proxy_summarizer_omitted_tokens).",
     )
     cod_max_loops: int = Field(
         0, ge=0, description="Chain-of-Density densification loops (0 = off)."

@@ -12,12 +12,16 @@ from proxy.abort import cut_off, was_cut_off
 from proxy.accesslog import log_request
 from proxy.calibration import ResponseTail
 from proxy.config import Settings
-from proxy.dialects.base import Dialect, OpenAIWire
+from proxy.content_coding import readable_accept_encoding
+from proxy.dialects.base import ANTHROPIC, AnthropicWire, Dialect, OpenAIWire, is_anthropic
 from proxy.dialects.chat_completions import CHAT
 from proxy.errors import PayloadTooLarge, ProxyError, UpstreamError
 from proxy.forward import (
+    CLIENT_CLOSED,
     CLOSE,
     CancelOnDisconnect,
+    Exchange,
+    NoticeDisconnect,
     body_too_large,
     relay,
     send_error,
@@ -28,8 +32,6 @@ from proxy.overflow import look_for_overflow
 from proxy.recorder import Recorder
 from proxy.request import ClientRequest, Outgoing, Rewriter
 from proxy.upstream.base import RawHeaders, UpstreamClient
-
-CLIENT_CLOSED = 499  # logged when the client went away before the response ended
 
 OPENAI = OpenAIWire()  # every other route under /v1 speaks OpenAI's API
 
@@ -48,12 +50,24 @@ class Resources:
     def __post_init__(self) -> None:
         self.own_headers = frozenset({self.settings.conversation.header.lower().encode()})
 
-    def observe(self, route: str, status: int, upstream_ms: float | None) -> None:
-        self.metrics.child(self.metrics.requests, route, str(status)).inc()
+    def finish(self, route: str, scope: dict, exchange: Exchange, started: float) -> None:
+        """Count and log one request once it has ended, as it went."""
+        self.metrics.child(self.metrics.requests, route, str(exchange.status)).inc()
         if was_cut_off():
             self.metrics.child(self.metrics.upstream_failures, route, "mid_response").inc()
-        if upstream_ms is not None:
-            self.metrics.child(self.metrics.upstream_latency, route).observe(upstream_ms / 1000)
+        if exchange.answered and exchange.upstream_ms is not None:
+            latency = exchange.upstream_ms / 1000
+            self.metrics.child(self.metrics.upstream_latency, route).observe(latency)
+        log_request(
+            method=scope["method"],
+            path=scope["path"],
+            status=exchange.status,
+            bytes_in=exchange.bytes_in,
+            bytes_out=exchange.bytes_out,
+            upstream_ms=exchange.upstream_ms,
+            total_ms=(time.perf_counter() - started) * 1000,
+            **({"client_left": True} if exchange.client_left else {}),
+        )
 
 
 async def read_body(receive: Any, scope: dict, limit: int) -> bytes:
@@ -91,8 +105,7 @@ class CompactedRoute:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         res, dialect = self.resources, self.dialect
         started = time.perf_counter()
-        status, bytes_out, upstream_ms = 500, 0, None
-        bytes_in = [0]
+        exchange = Exchange()
         try:
             limit = res.settings.server.max_body_bytes
             recorded = res.recorder is not None and dialect is CHAT
@@ -103,17 +116,21 @@ class CompactedRoute:
                 url = dialect.upstream_url(res.settings, scope)
                 if kept is None:
                     raw = await read_body(receive, scope, limit)
-                    bytes_in[0] = len(raw)
+                    exchange.bytes_in = len(raw)
                     request = ClientRequest(raw=raw, headers=scope["headers"], dialect=dialect)
                     if recorded:
                         res.recorder.write(request)  # type: ignore[union-attr]
-                    outgoing = await res.rewriter.rewrite(request)
+                    async with NoticeDisconnect(receive) as watch:
+                        outgoing = await res.rewriter.rewrite(request)
+                    if watch.gone:  # nothing sent for a client that has left (issue 17)
+                        exchange.status = CLIENT_CLOSED
+                        return
             except ProxyError as error:
-                status = error.status_code
-                bytes_out = await send_error(send, error, body=dialect.error_body(error))
+                exchange.status = error.status_code
+                exchange.bytes_out = await send_error(send, error, body=dialect.error_body(error))
                 return
             except ConnectionResetError:
-                status = CLIENT_CLOSED
+                exchange.status = CLIENT_CLOSED
                 return
             headers = dialect.upstream_headers(
                 scope["headers"],
@@ -124,54 +141,50 @@ class CompactedRoute:
             body: dict[str, Any]
             if kept is not None:
                 # Never held or parsed (issue 9): streamed through like any other /v1 route.
-                body = {"body_counter": bytes_in, "max_body_bytes": limit, "extra_headers": kept}
+                body = {"streamed": True, "max_body_bytes": limit, "extra_headers": kept}
             else:
                 # Only a parsed body offers a retry: never parse one just for this.
                 streaming = outgoing.retry is not None and request.body.get("stream") is True
-                body = {"outgoing": outgoing, "streaming": streaming}
-            status, bytes_out, upstream_ms = await forward(
+                hold = res.settings.upstream.stream_hold_seconds
+                body = {"outgoing": outgoing, "streaming": streaming, "stream_hold_seconds": hold}
+            await forward(
                 res.upstream,
                 "POST",
                 url,
                 headers,
                 receive,
                 send,
+                exchange,
                 route=dialect.name,
                 error_body=dialect.error_body,
                 **body,
             )
         finally:
-            res.observe(dialect.name, status, upstream_ms)
-            log_request(
-                method="POST",
-                path=scope["path"],
-                status=status,
-                bytes_in=bytes_in[0],
-                bytes_out=bytes_out,
-                upstream_ms=upstream_ms,
-                total_ms=(time.perf_counter() - started) * 1000,
-            )
+            res.finish(dialect.name, scope, exchange, started)
 
 
 class PassThrough:
     """Every other method and path under /v1: bodies streamed both ways, nothing changed.
-    ``wire``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens)."""
+    ``wire``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens, and for
+    any request carrying ``anthropic-version``: the anthropic SDK's models, files, batches)."""
 
-    def __init__(self, resources: Resources, wire: Dialect | OpenAIWire = OPENAI) -> None:
+    def __init__(
+        self, resources: Resources, wire: Dialect | OpenAIWire | AnthropicWire = OPENAI
+    ) -> None:
         self.resources = resources
         self.wire = wire
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        res, wire = self.resources, self.wire
+        res = self.resources
+        wire = ANTHROPIC if is_anthropic(scope["headers"]) else self.wire
         started = time.perf_counter()
-        status, bytes_out, upstream_ms = 500, 0, None
-        bytes_in = [0]
+        exchange = Exchange()
         try:
             try:
                 url = wire.upstream_url(res.settings, scope)
             except ProxyError as error:
-                status = error.status_code
-                bytes_out = await send_error(send, error, body=wire.error_body(error))
+                exchange.status = error.status_code
+                exchange.bytes_out = await send_error(send, error, body=wire.error_body(error))
                 return
             headers = wire.upstream_headers(
                 scope["headers"], res.settings, own_headers=res.own_headers
@@ -179,34 +192,26 @@ class PassThrough:
             limit = res.settings.server.max_body_bytes
             if _declared_length(scope) > limit:
                 # Refused on the head alone: not one byte of it reaches the provider.
-                status = PayloadTooLarge.status_code
+                exchange.status = PayloadTooLarge.status_code
                 error = body_too_large(limit)
-                bytes_out = await send_error(
+                exchange.bytes_out = await send_error(
                     send, error, extra_headers=CLOSE, body=wire.error_body(error)
                 )
                 return
-            status, bytes_out, upstream_ms = await forward(
+            await forward(
                 res.upstream,
                 scope["method"],
                 url,
                 headers,
                 receive,
                 send,
-                body_counter=bytes_in if _has_body(scope) else None,
+                exchange,
+                streamed=_has_body(scope),
                 max_body_bytes=limit,
                 error_body=wire.error_body,
             )
         finally:
-            res.observe("passthrough", status, upstream_ms)
-            log_request(
-                method=scope["method"],
-                path=scope["path"],
-                status=status,
-                bytes_in=bytes_in[0],
-                bytes_out=bytes_out,
-                upstream_ms=upstream_ms,
-                total_ms=(time.perf_counter() - started) * 1000,
-            )
+            res.finish("passthrough", scope, exchange, started)
 
 
 def _declared_length(scope: dict) -> int:
@@ -241,43 +246,51 @@ async def forward(
     headers: RawHeaders,
     receive: Any,
     send: Any,
+    exchange: Exchange,
     *,
     outgoing: Outgoing | None = None,
     streaming: bool = False,
-    body_counter: list[int] | None = None,
+    stream_hold_seconds: float = 0.0,
+    streamed: bool = False,
     max_body_bytes: int = 0,
     extra_headers: RawHeaders = (),
     route: str = "passthrough",
     error_body: Callable[[ProxyError], bytes] | None = None,
-) -> tuple[int, int, float | None]:
-    """Send upstream and relay back; returns (status for the log, bytes relayed, upstream ms).
+) -> None:
+    """Send upstream and relay back, recording in ``exchange`` what happened.
 
     The request body is ``outgoing.body`` (a request read whole and rewritten: its response
     headers are added, its retry is tried once on a context overflow, its observer sees the
-    answer and its ``after`` runs once the response is relayed); else, with ``body_counter``,
-    it is streamed from ``receive`` (and counted into it), a body growing past
-    ``max_body_bytes`` aborting the upstream request (the client gets a 413 if the provider has
-    not answered yet); else the request has no body. ``streaming``: the client asked for SSE
-    (an overflow then shows as an empty 200). Errors of ours are shaped by ``error_body``.
+    answer and its ``after`` runs once the response is relayed); else, when ``streamed``, it is
+    streamed from ``receive`` (and counted), a body growing past ``max_body_bytes`` aborting
+    the upstream request (the client gets a 413 if the provider has not answered yet); else the
+    request has no body. ``streaming``: the client asked for SSE (an overflow may then show in
+    the stream, looked for at most ``stream_hold_seconds``). The provider is asked only for
+    codings the proxy can read where it reads the answer. Errors of ours are shaped by
+    ``error_body``.
     """
     assert upstream is not None, "the upstream client is created in the lifespan"
     started = time.perf_counter()
-    answered = False
-    streamed = outgoing is None and body_counter is not None
+    streamed = outgoing is None and streamed
     async with CancelOnDisconnect(receive, watch_now=not streamed) as guard:
         body: bytes | AsyncIterator[bytes] | None = None
         if outgoing is not None:
             body, extra_headers = outgoing.body, outgoing.response_headers
-        elif body_counter is not None:
-            body = stream_request_body(receive, guard, body_counter, limit=max_body_bytes)
+            if outgoing.observe is not None or outgoing.retry is not None:
+                headers = readable_accept_encoding(headers)
+        elif streamed:
+            body = stream_request_body(receive, guard, exchange, limit=max_body_bytes)
         try:
             response = await upstream.send(method, url, headers, body)
             if outgoing is not None and outgoing.retry is not None:
-                overflowed, response = await look_for_overflow(response, streaming=streaming)
-                if overflowed and response.status >= 400 and outgoing.observe is not None:
+                look = await look_for_overflow(
+                    response, streaming=streaming, hold_seconds=stream_hold_seconds
+                )
+                response = look.response
+                if look.overflowed and response.status >= 400 and outgoing.observe is not None:
                     # The answer may state the window: learned before the retry plans.
-                    outgoing.observe(response.status, response.headers, await response.read())
-                retried = await outgoing.retry() if overflowed else None
+                    outgoing.observe(response.status, response.headers, look.error)
+                retried = await outgoing.retry() if look.overflowed else None
                 if retried is not None:
                     await response.aclose()
                     outgoing, extra_headers = retried, retried.response_headers
@@ -285,34 +298,37 @@ async def forward(
         except ProxyError as error:
             close = CLOSE if error is guard.refused else ()
             shaped = error_body(error) if error_body is not None else None
-            return (
-                error.status_code,
-                await send_error(send, error, extra_headers=close, body=shaped),
-                None,
-            )
-        upstream_ms = (time.perf_counter() - started) * 1000
-        answered = True
+            exchange.status = error.status_code
+            exchange.bytes_out = await send_error(send, error, extra_headers=close, body=shaped)
+            return
+        exchange.upstream_ms = (time.perf_counter() - started) * 1000
+        exchange.answered = True
         observe = outgoing.observe if outgoing is not None else None
         if observe is not None:
             response = tail = ResponseTail(response)
         try:
-            sent = await relay(response, send, extra_headers=extra_headers)
+            await relay(response, send, exchange, extra_headers=extra_headers)
         except UpstreamError as error:
             # Headers are out: all that is left is to end the client's connection unfinished.
-            return cut_off(error, route=route), 0, upstream_ms
+            exchange.status = cut_off(error, route=route)
+            return
         finally:
             await response.aclose()
         if observe is not None:
             observe(response.status, response.headers, tail.tail())
         if outgoing is not None and outgoing.after is not None and response.status < 400:
             outgoing.after()
-        return response.status, sent, upstream_ms
-    if guard.refused is not None and not answered:  # the body outgrew the limit: 413, not 499
+        return
+    # Reached only when the client disconnected, or its body outgrew the limit.
+    if guard.refused is not None and not exchange.answered:  # a 413, not a 499
         error = guard.refused
         shaped = error_body(error) if error_body is not None else None
-        return (
-            error.status_code,
-            await send_error(send, error, extra_headers=CLOSE, body=shaped),
-            None,
-        )
-    return CLIENT_CLOSED, 0, None  # reached only when the client disconnected
+        exchange.status = error.status_code
+        exchange.bytes_out = await send_error(send, error, extra_headers=CLOSE, body=shaped)
+        return
+    if exchange.responded:
+        exchange.client_left = True
+        return
+    exchange.status = CLIENT_CLOSED
+    if exchange.upstream_ms is None:  # it left while the provider had not answered
+        exchange.upstream_ms = (time.perf_counter() - started) * 1000

@@ -18,6 +18,13 @@ HOP_BY_HOP = frozenset(
     }
 )
 
+# Answered at our hop, never forwarded: the server sends the client its "100 Continue" when the
+# proxy starts reading the body (uvicorn does, on the first receive). Forwarded, it would make
+# the upstream client wait for the provider's 100 before sending the body, and many providers
+# send none until they have the body: each such request would hold a connection for ever
+# (issue 17). RFC 9110 section 10.1.1 lets the recipient of an expectation satisfy it.
+HANDLED_HERE = frozenset({b"expect"})
+
 
 def _connection_named(headers: RawHeaders) -> set[bytes]:
     """Headers listed in Connection are hop-by-hop too."""
@@ -37,11 +44,11 @@ def request_headers_upstream(
 ) -> RawHeaders:
     """The client's headers as the provider should see them.
 
-    Drops hop-by-hop headers, Host (the provider's host comes from the configured base URL, never
+    Drops hop-by-hop headers, Expect (answered here), Host (the provider's host comes from the configured base URL, never
     from the client), the proxy's own headers (X-Conversation-Id, X-Compaction*), and replaces
     Authorization when the proxy holds the provider key. ``own_headers`` are lowercase names.
     """
-    drop = HOP_BY_HOP | _connection_named(headers) | own_headers | {b"host"}
+    drop = HOP_BY_HOP | HANDLED_HERE | _connection_named(headers) | own_headers | {b"host"}
     if drop_content_length:
         drop = drop | {b"content-length"}
     if api_key is not None:

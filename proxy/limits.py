@@ -34,6 +34,11 @@ except ImportError:  # uvicorn without httptools: h11 serves
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 
+# The longest request line: httptools and h11 both refuse a request target past 64 KiB with a
+# plain-text 400 of their own, whatever server.max_header_bytes allows; ours is the JSON 431.
+MAX_REQUEST_LINE = 65535
+
+
 class BurstLog:
     """One warning for a burst of events, not one per event: the first at once, then, while
     events go on, one line every ``interval`` seconds with how many there were (a flood of
@@ -118,7 +123,9 @@ class _Guard:
         self.limits = limits
         self._refused = False
         self._head_cycle: Any = None  # the cycle current when the head being read began
-        self._head_bytes = 0
+        self._head_bytes = 0  # of the head being read, in earlier reads
+        self._head_tail = b""  # the last bytes of those reads: a CRLF may straddle two reads
+        self._line_ended = False  # the request line's CRLF was in those reads
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_seen = 0.0  # loop time of the last body bytes
@@ -144,21 +151,26 @@ class _Guard:
     def data_received(self, data: bytes) -> None:
         before = self.cycle
         reading_head = before is None or not before.more_body
+        if reading_head and self._head_too_large(data):
+            # Judged before the parser sees the bytes: a head that arrives whole in one read
+            # would be parsed however large, and a request line past 64 KiB is the parsers'
+            # own plain-text 400 (issue 17).
+            self.limits.too_large.note()
+            self._close_with(HEADERS_TOO_LARGE)
+            return
         super().data_received(data)  # type: ignore[misc]
         if self.transport.is_closing():
             return
         cycle = self.cycle
         if cycle is not before:  # a head was completed by this read
             self._disarm_head()
+            self._new_head()
         elif reading_head:
-            # Counted after parsing, so a read that ends the head is never held against it;
-            # the parser may hold one read more than the limit.
             if self._head_timer is None:
                 self._arm_head()
+            self._line_ended = self._line_ended or b"\n" in self._head_tail + data
             self._head_bytes += len(data)
-            if self._head_bytes > self.limits.max_header_bytes:
-                self.limits.too_large.note()
-                self._close_with(HEADERS_TOO_LARGE)
+            self._head_tail = data[-3:]
             return
         if cycle is not None and cycle.more_body and not cycle.response_complete:
             self._body_seen = self.loop.time()
@@ -167,9 +179,35 @@ class _Guard:
                     self.limits.body_idle_timeout, self._body_check
                 )
 
+    def _head_too_large(self, data: bytes) -> bool:
+        """Whether the head being read, with ``data``, passes ``max_header_bytes`` (request line
+        and headers up to the blank line) or has a request line over ``MAX_REQUEST_LINE``.
+
+        The common read (a whole small request) is one comparison; a read that could pass a
+        limit is searched for the head's end, which a request with a body finds at once.
+        """
+        seen = self._head_bytes + len(data)
+        line_limit = MAX_REQUEST_LINE if not self._line_ended else seen
+        if seen <= self.limits.max_header_bytes and seen <= line_limit:
+            return False
+        window = self._head_tail + data
+        offset = self._head_bytes - len(self._head_tail)  # of ``window`` in the head
+        end = window.find(b"\r\n\r\n")
+        head = seen if end < 0 else offset + end + 4
+        if head > self.limits.max_header_bytes:
+            return True
+        if self._line_ended:
+            return False
+        line_end = window.find(b"\n")
+        return (head if line_end < 0 else offset + line_end) > MAX_REQUEST_LINE
+
+    def _new_head(self) -> None:
+        self._head_bytes = 0
+        self._head_tail = b""
+        self._line_ended = False
+
     def _arm_head(self) -> None:
         self._head_cycle = self.cycle
-        self._head_bytes = 0
         self._head_timer = self.loop.call_later(self.limits.header_timeout, self._head_late)
 
     def _disarm_head(self) -> None:
@@ -219,7 +257,7 @@ OVERLOADED = raw_response(
     Overloaded("the proxy has too many open connections; retry later", code="overloaded")
 )
 HEADERS_TOO_LARGE = raw_response(
-    HeadersTooLarge("the request headers are too large", code="headers_too_large")
+    HeadersTooLarge("the request line or headers are too large", code="headers_too_large")
 )
 HEADER_TIMEOUT = raw_response(
     RequestTimeout("the request headers were not received in time", code="request_timeout")

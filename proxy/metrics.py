@@ -12,6 +12,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from proxy.core.text import well_formed
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -89,6 +91,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.summarizer_omitted_tokens = WholeCounter(
+            "proxy_summarizer_omitted_tokens",
+            "Tokens of old turns left out of summaries, about: the oldest part over "
+            "summarizer.max_summarized_tokens (each such summary says so).",
+            registry=r,
+        )
         self.overflow_retries = Counter(
             "proxy_overflow_retries",
             "Context-overflow rescues, by outcome.",
@@ -162,9 +170,10 @@ def model_families(rows: Iterable[ModelRow]) -> Iterator[GaugeMetricFamily]:
         labels=["model"],
     )
     for row in rows:
+        model = well_formed(row.model)  # a client's name: one lone surrogate broke /metrics
         if row.window is not None:
-            window.add_metric([row.model, row.source], row.window)
-        factor.add_metric([row.model], row.factor)
+            window.add_metric([model, row.source], row.window)
+        factor.add_metric([model], row.factor)
     yield window
     yield factor
 

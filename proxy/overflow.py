@@ -6,18 +6,28 @@ llama.cpp and others put it in the message; llama-cpp-python's server answers an
 *streamed* request with 200 and an empty body; OpenAI's Responses API may answer a streamed
 request with 200, its opening events and then a ``response.failed`` event carrying
 ``context_length_exceeded`` (docs/dialects.md). Only a request the proxy can still compact harder
-is held back, and only until its first event that is not a stream's opening (or, for a 400, the
-first ``ERROR_PREFIX_BYTES`` of its error body: enough to recognise an overflow, and all a client
-can make us hold, since a longer body is relayed as it arrives, prefix first, never buffered
-whole).
+is held back: a 400 for the first ``ERROR_PREFIX_BYTES`` of its error body (enough to recognise
+an overflow, and all a client can make us hold, since a longer body is relayed as it arrives,
+prefix first, never buffered whole); a stream until its first event that is not an opening one,
+and at most ``upstream.stream_hold_seconds``. A provider fails an input too long as soon as it
+has read it, while a reasoning model may think for seconds before its first output: past the
+hold its ``response.created`` goes out, so a client showing progress shows it (issue 17). Once it
+is out, the stream is the provider's: a later failure reaches the client as sent (a retry's
+stream is another response, with another id, which the SDKs refuse in the same stream).
+
+What is read is decoded first (proxy/content_coding.py): providers compress their answers; the
+bytes relayed stay theirs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
+from proxy.content_coding import Decoder
 from proxy.upstream.base import RawHeaders, UpstreamResponse
 
 _OVERFLOW = re.compile(
@@ -98,54 +108,122 @@ class BufferedResponse:
 
 
 class PrefixedResponse:
-    """A streaming response whose first chunk was read ahead: it is sent first, then the rest."""
+    """A streaming response whose first bytes were read ahead: they are sent first, then the
+    rest. ``pending``: the read of the next chunk, already under way when the hold ended."""
 
     def __init__(
-        self, response: UpstreamResponse, first: bytes, rest: AsyncIterator[bytes]
+        self,
+        response: UpstreamResponse,
+        first: bytes,
+        rest: AsyncIterator[bytes],
+        *,
+        pending: asyncio.Future[bytes | None] | None = None,
     ) -> None:
         self.status = response.status
         self.headers = response.headers
         self._response = response
         self._first = first
         self._rest = rest
+        self._pending = pending
 
     async def iter_raw(self) -> AsyncIterator[bytes]:
         yield self._first
+        if self._pending is not None:
+            chunk = await self._pending
+            if chunk is None:
+                return
+            yield chunk
         async for chunk in self._rest:
             yield chunk
 
     async def read(self) -> bytes:
-        return self._first + b"".join([chunk async for chunk in self._rest])
+        return b"".join([chunk async for chunk in self.iter_raw()])
 
     async def aclose(self) -> None:
+        _drop(self._pending)
         await self._response.aclose()
 
 
+@dataclass
+class Look:
+    """What looking at an answer found: whether it says the prompt is too long, the response to
+    relay in its place if it is not retried, and the decoded start of an error body (what a
+    window is learned from)."""
+
+    overflowed: bool
+    response: UpstreamResponse
+    error: bytes = b""
+
+
 async def look_for_overflow(
-    response: UpstreamResponse, *, streaming: bool
-) -> tuple[bool, UpstreamResponse]:
-    """(overflowed, the response to relay instead of ``response`` if it did not)."""
-    if response.status in (400, 413, 422):
-        chunks = response.iter_raw()
-        prefix = b""
-        async for chunk in chunks:
-            prefix += chunk
-            if len(prefix) >= ERROR_PREFIX_BYTES:
-                overflowed = is_overflow_error(response.status, prefix)
-                return overflowed, PrefixedResponse(response, prefix, chunks)
+    response: UpstreamResponse, *, streaming: bool, hold_seconds: float = 0.0
+) -> Look:
+    """Read as much of ``response`` as it takes to tell whether it is an overflow (for a stream,
+    at most ``hold_seconds``)."""
+    decoder = Decoder.of(response.headers, limit=ERROR_PREFIX_BYTES)
+    if not decoder.readable:
+        return Look(False, response)  # a coding we did not ask for: relayed unread
+    try:
+        if response.status in (400, 413, 422):
+            return await _look_at_error(response, decoder)
+        if streaming and response.status == 200 and hold_seconds > 0:
+            return await _look_at_stream(response, decoder, hold_seconds)
+    except BaseException:  # an upstream error, or the client gone: nothing will be relayed
         await response.aclose()
-        return is_overflow_error(response.status, prefix), BufferedResponse(
-            response.status, response.headers, prefix
-        )
-    if streaming and response.status == 200:
-        chunks = response.iter_raw()
-        prefix = b""
-        async for chunk in chunks:
-            prefix += chunk
-            verdict = _stream_verdict(prefix) if prefix else None
-            if verdict is not None:
-                return verdict, PrefixedResponse(response, prefix, chunks)
-        await response.aclose()
-        # An empty answer to a streamed request is an overflow (llama-cpp-python).
-        return not prefix, BufferedResponse(response.status, response.headers, prefix)
-    return False, response
+        raise
+    return Look(False, response)
+
+
+async def _look_at_error(response: UpstreamResponse, decoder: Decoder) -> Look:
+    chunks = response.iter_raw()
+    raw = text = b""
+    async for chunk in chunks:
+        raw += chunk
+        text += decoder.decode(chunk)
+        if len(raw) >= ERROR_PREFIX_BYTES or len(text) >= ERROR_PREFIX_BYTES:
+            held = PrefixedResponse(response, raw, chunks)
+            return Look(is_overflow_error(response.status, text), held, text)
+    await response.aclose()
+    buffered = BufferedResponse(response.status, response.headers, raw)
+    return Look(is_overflow_error(response.status, text), buffered, text)
+
+
+async def _look_at_stream(response: UpstreamResponse, decoder: Decoder, hold: float) -> Look:
+    chunks = response.iter_raw()
+    raw = text = b""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hold
+    while True:
+        # The read goes on in a task of its own: when the hold ends first, it is not cancelled
+        # (that would end the provider's stream) but handed on to the relay.
+        pending = asyncio.ensure_future(anext(chunks, None))
+        try:
+            done, _ = await asyncio.wait({pending}, timeout=max(0.0, deadline - loop.time()))
+        except BaseException:
+            _drop(pending)
+            raise
+        if not done:
+            return Look(False, PrefixedResponse(response, raw, chunks, pending=pending))
+        chunk = pending.result()
+        if chunk is None:
+            break
+        raw += chunk
+        text += decoder.decode(chunk)
+        verdict = _stream_verdict(text) if text else None
+        if verdict is None and len(raw) >= ERROR_PREFIX_BYTES:
+            verdict = False
+        if verdict is not None:
+            return Look(verdict, PrefixedResponse(response, raw, chunks))
+    await response.aclose()
+    # An empty answer to a streamed request is an overflow (llama-cpp-python).
+    return Look(not raw, BufferedResponse(response.status, response.headers, raw))
+
+
+def _drop(pending: asyncio.Future[bytes | None] | None) -> None:
+    """Stop a read nobody will wait for; an error it ended with is not reported again."""
+    if pending is None:
+        return
+    if not pending.done():
+        pending.cancel()
+    elif not pending.cancelled():
+        pending.exception()

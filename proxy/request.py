@@ -40,7 +40,8 @@ class Outgoing:
     # After a context-overflow answer: the request to send instead (once), or None.
     retry: Callable[[], Awaitable[Outgoing | None]] | None = None
     # Shown the provider's answer once it has ended (status, headers, the end of its body, or
-    # the whole error body of an overflow answer): learns windows and calibrates token counts.
+    # the start of an overflow answer's error body; decoded from the provider's content coding):
+    # learns windows and calibrates token counts.
     observe: Callable[[int, RawHeaders, bytes], None] | None = None
 
 

@@ -15,8 +15,9 @@ logger = logging.getLogger("proxy.server")
 # the summarizer's client, logs, the listening socket, tiktoken files.
 _RESERVED_FDS = 64
 
-# asyncio reads at most this much per data_received; the guard's header count may overshoot
-# max_header_bytes by one read, so h11's own buffer cap must leave room for it to act first.
+# asyncio reads at most this much per data_received. The guard refuses a head over
+# max_header_bytes before h11 sees it; h11's own cap (a plain-text 400) stays a read above, so it
+# never acts first.
 _READ_SIZE = 256 * 1024
 
 

@@ -8,24 +8,41 @@ The summary ends up in a *system* message, so old turns are treated as hostile (
 the transcript is sent as quoted data between a random per-call delimiter, every
 ``<agent_summary>`` tag and the delimiter itself are escaped in what goes in and what comes out,
 and no tools are offered. Input over ``max_input_tokens`` is summarized chunk by chunk, each chunk
-extending the summary of the previous ones, so nothing is cut silently. Identifiers (paths, URLs,
-numbers, ids) the model dropped are appended in a short "kept verbatim" list.
+extending the summary of the previous ones. Identifiers (paths, URLs, numbers, ids) the model
+dropped are appended in a short "kept verbatim" list.
+
+One summary reads at most ``max_summarized_tokens`` of the newest turns (issue 17: a 24 MB old
+message made 130 sequential calls): the oldest part beyond it is left out, never silently: the
+transcript and the summary say so, the log warns and ``proxy_summarizer_omitted_tokens`` counts
+it. Reading, counting and chunking the transcript and checking the identifiers are CPU work in
+proportion to the input, so they run in a worker thread: the event loop serves other clients
+meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
 
+from proxy import wirejson
 from proxy.config import Settings, SummarizerSettings
 from proxy.core.messages import calls_text, content_text
-from proxy.core.summary_message import BYTES_PER_TOKEN, cap_summary, escape_tags, summary_token_cap
-from proxy.core.tokens import TokenCounter, lookup_model
+from proxy.core.summary_message import (
+    BYTES_PER_TOKEN,
+    cap_summary,
+    escape_tags,
+    summary_token_cap,
+)
+from proxy.core.text import well_formed
+from proxy.core.tokens import TokenCounter, lookup_model, pieces
 from proxy.errors import SummarizerError
 
 DEFAULT_PROMPT = """You compact long conversations between a user and an AI assistant (often an agent \
@@ -80,6 +97,36 @@ MAX_VERBATIM = 40
 # largest summary kept, if more: a runaway summarizer must not make the proxy hold 10 MB.
 MIN_RESPONSE_BYTES = 1 << 20
 _PROMPT_TOKENS = 1_000  # room kept for the instructions around each chunk
+# A line is cut to this many characters per token it may still keep before it is counted, so
+# that a 24 MB message is not tokenized whole to keep its last few hundred thousand tokens.
+# Generous (text runs 3-5 characters a token): at worst a line keeps fewer tokens than it may.
+_CHARS_PER_TOKEN_BOUND = 16
+_SPLIT_LOOKBACK = 200  # characters searched back for whitespace to cut a line at
+_IDENTIFIER_PIECE_CHARS = 1 << 16
+_NOTICE_TOKENS = 64  # kept within max_summarized_tokens for the notice of what was left out
+
+logger = logging.getLogger("proxy.summarizer")
+
+
+@dataclass(frozen=True)
+class Source:
+    """What one summary reads: the transcript's newest part, in chunks of one call each."""
+
+    chunks: list[str]
+    lines: list[str]  # the text read (for the identifier check)
+    omitted_tokens: int = 0  # about how much of the oldest part was left out
+    omitted_messages: int = 0  # messages left out whole or in part
+
+    def notice(self) -> str:
+        return omission_notice(self.omitted_messages, self.omitted_tokens)
+
+
+def omission_notice(messages: int, tokens: int) -> str:
+    """What the transcript and the summary say when the oldest part was left out."""
+    return (
+        f"[Left out of this summary: the oldest {messages} message(s) of these turns, about "
+        f"{tokens} tokens, over the most one summary reads (summarizer.max_summarized_tokens).]"
+    )
 
 
 class Summarizer(Protocol):
@@ -116,6 +163,7 @@ class OpenAISummarizer:
         settings: SummarizerSettings,
         counter: TokenCounter,
         new_delimiter: Callable[[], str] = lambda: f"TRANSCRIPT-{secrets.token_hex(12)}",
+        on_omitted: Callable[[int], None] | None = None,
     ) -> None:
         self._client = client
         self._url = base_url.rstrip("/") + "/chat/completions"
@@ -123,6 +171,7 @@ class OpenAISummarizer:
         self._settings = settings
         self._counter = counter
         self._new_delimiter = new_delimiter
+        self._on_omitted = on_omitted  # called with the tokens a summary left out
 
     async def summarize(
         self,
@@ -132,18 +181,84 @@ class OpenAISummarizer:
         model: str,
         max_tokens: int,
     ) -> str:
-        lines = [transcript_line(m) for m in transcript]
-        budget = max(self._settings.max_input_tokens - max_tokens - _PROMPT_TOKENS, 256)
-        chunks = self._chunks(lines, budget, model)
+        source = await asyncio.to_thread(self.read, transcript, model, max_tokens)
+        previous = None if previous is None else well_formed(previous)
         summary = previous
-        for chunk in chunks:
+        for chunk in source.chunks:
             summary = await self._summarize_chunk(chunk, summary, model, max_tokens)
-        if summary is None:  # _chunks always yields one chunk; this keeps the types honest
+        if summary is None:  # read() always yields one chunk; this keeps the types honest
             raise SummarizerError("nothing to summarize")
-        if len(chunks) == 1:  # densifying needs the whole source in one call
-            summary = await self._densify(chunks[0], summary, model, max_tokens)
-        sources = [previous or "", *lines]
-        return self._capped(escape_tags(keep_identifiers(summary, sources)), model, max_tokens)
+        if len(source.chunks) == 1:  # densifying needs the whole source in one call
+            summary = await self._densify(source.chunks[0], summary, model, max_tokens)
+        if source.omitted_tokens:
+            logger.warning(
+                "a summary left out the oldest %d message(s), about %d tokens "
+                "(summarizer.max_summarized_tokens: %d)",
+                source.omitted_messages,
+                source.omitted_tokens,
+                self._settings.max_summarized_tokens,
+            )
+            if self._on_omitted is not None:
+                self._on_omitted(source.omitted_tokens)
+        return await asyncio.to_thread(self._finish, summary, previous, source, model, max_tokens)
+
+    def read(self, transcript: Sequence[dict[str, Any]], model: str, max_tokens: int) -> Source:
+        """The newest ``max_summarized_tokens`` of ``transcript`` as lines, in chunks of one
+        call's budget. Blocking, in proportion to the transcript: run it in a worker thread."""
+        lines = [transcript_line(m) for m in transcript]
+        kept, counts, omitted, omitted_chars = self._newest(lines, model)
+        source_lines = list(kept)
+        omitted_tokens = 0
+        if omitted:
+            # An estimate from the part read: counting what is left out would cost what the cap
+            # saves.
+            omitted_tokens = max(1, omitted_chars * sum(counts) // max(1, sum(map(len, kept))))
+            notice = omission_notice(omitted, omitted_tokens)
+            kept.insert(0, notice)
+            counts.insert(0, self._counter.count_text(notice, model))
+        budget = max(self._settings.max_input_tokens - max_tokens - _PROMPT_TOKENS, 256)
+        return Source(_chunks(kept, counts, budget), source_lines, omitted_tokens, omitted)
+
+    def _newest(self, lines: list[str], model: str) -> tuple[list[str], list[int], int, int]:
+        """(the newest lines within max_summarized_tokens, their token counts, how many lines
+        and characters are left out): walking back from the newest, the line that does not fit
+        is cut to its end, and every older one is left out."""
+        cap = self._settings.max_summarized_tokens
+        left = cap - _NOTICE_TOKENS if cap > 2 * _NOTICE_TOKENS else cap
+        kept: list[str] = []
+        counts: list[int] = []
+        index = len(lines)
+        cut_chars = 0  # left out of the oldest line read
+        while index > 0 and left > 0:
+            index -= 1
+            line = text = lines[index]
+            if len(text) > left * _CHARS_PER_TOKEN_BOUND:
+                text = _tail(text, left * _CHARS_PER_TOKEN_BOUND)
+            tokens = self._counter.count_text(text, model)
+            for _ in range(4):  # each pass cuts in proportion to the excess
+                if tokens <= left:
+                    break
+                text = _tail(text, len(text) * left // tokens)
+                tokens = self._counter.count_text(text, model)
+            tokens = min(left, tokens)
+            kept.append(text)
+            counts.append(tokens)
+            left -= tokens
+            if len(text) < len(line):  # its start is left out, and so is everything older
+                cut_chars = len(line) - len(text)
+                break
+        kept.reverse()
+        counts.reverse()
+        omitted = index + (1 if cut_chars else 0)
+        return kept, counts, omitted, cut_chars + sum(map(len, lines[:index]))
+
+    def _finish(
+        self, summary: str, previous: str | None, source: Source, model: str, max_tokens: int
+    ) -> str:
+        text = keep_identifiers(summary, [previous or "", *source.lines])
+        if source.omitted_tokens:  # first, so that the cap to the summary's size keeps it
+            text = f"{source.notice()}\n\n{text}"
+        return self._capped(escape_tags(text), model, max_tokens)
 
     def _capped(self, text: str, model: str, max_tokens: int) -> str:
         return cap_summary(
@@ -151,29 +266,6 @@ class OpenAISummarizer:
             max_tokens=summary_token_cap(max_tokens),
             count=lambda t: self._counter.count_text(t, model),
         )
-
-    def _chunks(self, lines: list[str], budget: int, model: str) -> list[str]:
-        """Consecutive lines grouped under ``budget`` tokens; a line larger than the budget is
-        split into pieces, so every line is read by some call."""
-        chunks: list[str] = []
-        current: list[str] = []
-        used = 0
-        for line in lines:
-            tokens = self._counter.count_text(line, model)
-            pieces = [line]
-            if tokens > budget:
-                size = max(1, len(line) * budget // tokens)
-                pieces = [line[i : i + size] for i in range(0, len(line), size)]
-                tokens = budget
-            for piece in pieces:
-                if current and used + tokens > budget:
-                    chunks.append("\n".join(current))
-                    current, used = [], 0
-                current.append(piece)
-                used += tokens
-        if current or not chunks:
-            chunks.append("\n".join(current))
-        return chunks
 
     async def _summarize_chunk(
         self, chunk: str, previous: str | None, model: str, max_tokens: int
@@ -209,9 +301,9 @@ class OpenAISummarizer:
             "messages": [
                 {
                     "role": "system",
-                    "content": instructions + "\n\n" + _HARDENING.format(delim=delim),
+                    "content": well_formed(instructions + "\n\n" + _HARDENING.format(delim=delim)),
                 },
-                {"role": "user", "content": data},
+                {"role": "user", "content": well_formed(data)},
             ],
             "max_tokens": max_tokens,
             "temperature": 0,
@@ -230,7 +322,9 @@ class OpenAISummarizer:
             raise SummarizerError("summarizer returned an empty summary")
         if len(text) < 300 and _REFUSAL.match(text):
             raise SummarizerError("summarizer refused")
-        text = escape_tags(text.replace(delim, "[delimiter]")).strip()
+        # A lone surrogate in the answer ("\\ud800" in its JSON) would make the summary
+        # unstorable: it is replaced like one in the transcript.
+        text = escape_tags(well_formed(text).replace(delim, "[delimiter]")).strip()
         return self._capped(text, model, max_tokens)  # it feeds the next chunk's call too
 
     async def _post(self, body: dict[str, Any], limit: int) -> bytes:
@@ -240,8 +334,10 @@ class OpenAISummarizer:
             async with self._client.stream(
                 "POST",
                 self._url,
-                json=body,
-                headers=self._headers,
+                # Our encoder, not httpx's: the model name is the client's when the policy says
+                # $request, and text is sent as JSON can carry it, whatever it holds.
+                content=wirejson.encode(body),
+                headers={**self._headers, "content-type": "application/json"},
                 timeout=self._settings.timeout_seconds,
             ) as response:
                 if response.status_code >= 400:
@@ -256,6 +352,46 @@ class OpenAISummarizer:
             raise SummarizerError("summarizer timed out") from exc
         except httpx.HTTPError as exc:
             raise SummarizerError(f"summarizer unreachable: {type(exc).__name__}") from exc
+
+
+def _tail(line: str, size: int) -> str:
+    """The last ``size`` characters of ``line`` (at least one), from a whitespace when one is
+    near, so that a cut line starts with a whole word."""
+    size = max(1, min(size, len(line)))
+    start = len(line) - size
+    if start == 0:
+        return line
+    space = max(
+        line.find(" ", start, start + _SPLIT_LOOKBACK),
+        line.find("\n", start, start + _SPLIT_LOOKBACK),
+    )
+    return line[space + 1 :] if 0 <= space < len(line) - 1 else line[start:]
+
+
+def _chunks(lines: list[str], counts: list[int], budget: int) -> list[str]:
+    """``lines`` in consecutive chunks of ``budget`` tokens, each filled before the next begins
+    (a line is split where a chunk is full), so a transcript of T tokens takes ceil(T / budget)
+    calls, and every line is read by some call."""
+    chunks: list[str] = []
+    current: list[str] = []
+    used = 0
+    for line, tokens in zip(lines, counts, strict=True):
+        while tokens > budget - used and len(line) > 1:
+            room = budget - used
+            cut = len(line) * room // tokens
+            if cut > 0:
+                head = line[:cut]
+                space = max(head.rfind(" ", -_SPLIT_LOOKBACK), head.rfind("\n", -_SPLIT_LOOKBACK))
+                cut = space + 1 if space > 0 else cut
+                current.append(line[:cut])
+            chunks.append("\n".join(current))
+            current, used = [], 0
+            line, tokens = line[cut:], max(1, tokens - room)
+        current.append(line)
+        used += tokens
+    if current or not chunks:
+        chunks.append("\n".join(current))
+    return chunks
 
 
 def transcript_line(message: dict[str, Any]) -> str:
@@ -273,7 +409,8 @@ def transcript_line(message: dict[str, Any]) -> str:
     calls = calls_text(message)
     if calls:
         parts.append(f"[calls] {calls}")
-    return escape_tags(f"{label}: " + "\n".join(p for p in parts if p))
+    # A lone surrogate becomes U+FFFD: the summarizer reads the rest of the message (issue 17).
+    return well_formed(escape_tags(f"{label}: " + "\n".join(p for p in parts if p)))
 
 
 def _quote(title: str, text: str, delim: str) -> str:
@@ -285,17 +422,26 @@ def _quote(title: str, text: str, delim: str) -> str:
 def identifiers(text: str) -> list[str]:
     """Paths, URLs, numbers and ids in ``text``, in order of first appearance, deduplicated."""
     found: dict[str, int] = {}
-    for pattern in _IDENTIFIERS:
-        for match in pattern.finditer(text):
-            value = match.group(0).rstrip(".,;:")
-            if value and value not in found:
-                found[value] = match.start()
-    # A path inside a URL (or a number inside a path) is covered by the longer identifier.
-    values = sorted(found, key=lambda v: (found[v], -len(v)))
+    offset = 0
+    # Piece by piece, cut between words (no identifier holds a space): one regex search holds
+    # the GIL until it finds a match, ~50 ms over megabytes without one (issue 17).
+    for piece in pieces(text, _IDENTIFIER_PIECE_CHARS):
+        for pattern in _IDENTIFIERS:
+            for match in pattern.finditer(piece):
+                value = match.group(0).rstrip(".,;:")
+                if value and value not in found:
+                    found[value] = offset + match.start()
+        offset += len(piece)
+    # A path inside a URL (or a number inside a path) is covered by the longer identifier: one
+    # that starts no later and ends no sooner. Spans, not substring tests of every pair: a
+    # transcript may hold hundreds of thousands of identifiers (issue 17).
     kept: list[str] = []
-    for value in values:
-        if not any(value in longer for longer in kept):
+    reach = -1  # where the furthest-reaching identifier kept so far ends
+    for value in sorted(found, key=lambda v: (found[v], -len(v))):
+        end = found[value] + len(value)
+        if end > reach:
             kept.append(value)
+            reach = end
     return kept
 
 
@@ -315,13 +461,18 @@ def _entities(text: str) -> set[str]:
 
 
 def summarizer_factory(
-    settings: Settings, client: httpx.AsyncClient, counter: TokenCounter
+    settings: Settings,
+    client: httpx.AsyncClient,
+    counter: TokenCounter,
+    *,
+    on_omitted: Callable[[int], None] | None = None,
 ) -> SummarizerFactory:
     """The proxy's summarizer for each caller and policy. They speak to ``summarizer.base_url``
     (default: the upstream) with ``summarizer.api_key``, else ``upstream.api_key``, else the
     caller's own credential headers (Authorization of any scheme, ``api-key``, ``x-api-key``:
     what the caller sent), the last only when the summarizer is the upstream itself (a caller's
-    key never goes elsewhere). ``own``: a policy's summarizer settings; default: the global."""
+    key never goes elsewhere). ``own``: a policy's summarizer settings; default: the global.
+    ``on_omitted``: told the tokens each summary left out (``max_summarized_tokens``)."""
 
     def make(caller: Mapping[str, str] | None, own: SummarizerSettings | None = None) -> Summarizer:
         own = own or settings.summarizer
@@ -338,6 +489,7 @@ def summarizer_factory(
             credentials=credentials,
             settings=own,
             counter=counter,
+            on_omitted=on_omitted,
         )
 
     return make

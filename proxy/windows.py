@@ -25,7 +25,6 @@ import json
 import logging
 import re
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from proxy.config import Settings
+from proxy.content_coding import Decoder
 from proxy.core.policy import PolicySettings
 from proxy.families import FAMILIES, Family
 from proxy.metrics import ModelRow
@@ -136,23 +136,6 @@ def window_from_error(body: bytes) -> int | None:
         if match:
             return _positive(int(match.group(1)))
     return None
-
-
-def decoded_body(body: bytes, headers: RawHeaders, *, limit: int = MAX_ERROR_BYTES) -> bytes:
-    """The body without its gzip/deflate content coding (at most ``limit`` bytes); b"" when it
-    is in a coding this cannot undo."""
-    coding = b""
-    for name, value in headers:
-        if name.lower() == b"content-encoding":
-            coding = value.strip().lower()
-    if coding in (b"", b"identity"):
-        return body
-    if coding not in (b"gzip", b"x-gzip", b"deflate"):
-        return b""
-    try:
-        return zlib.decompressobj(wbits=47).decompress(body, limit)  # 47: gzip or zlib header
-    except zlib.error:
-        return b""
 
 
 def relies_on_window(policy: PolicySettings) -> bool:
@@ -303,10 +286,9 @@ class ModelWindows:
 
     # --- learning ------------------------------------------------------------------------------
 
-    def learn(self, model: str, status: int, body: bytes, headers: RawHeaders = ()) -> int | None:
-        """Remember the window an overflow answer states; returns it (None: not an overflow
-        answer, or one that states no window)."""
-        body = decoded_body(body, headers)
+    def learn(self, model: str, status: int, body: bytes) -> int | None:
+        """Remember the window an overflow answer states (``body``: decoded); returns it (None:
+        not an overflow answer, or one that states no window)."""
         window = window_from_error(body) if is_overflow_error(status, body) else None
         if window is None or not model:
             return None
@@ -418,8 +400,13 @@ class ModelWindows:
         try:
             if response.status != 200:
                 raise ConnectionError(f"GET {path} answered {response.status}")
+            # Asked for identity; a gateway may compress all the same.
+            decoder = Decoder.of(response.headers, limit=MAX_LISTING_BYTES + 1)
             chunks, size = [], 0
             async for chunk in response.iter_raw():
+                chunk = decoder.decode(chunk)
+                if not decoder.readable:
+                    raise ConnectionError(f"GET {path} came in a coding the proxy cannot read")
                 size += len(chunk)
                 if size > MAX_LISTING_BYTES:
                     raise ConnectionError(f"GET {path} is larger than {MAX_LISTING_BYTES} bytes")

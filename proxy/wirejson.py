@@ -7,6 +7,12 @@ those, so its speed never costs a request: a lone surrogate (``"\\ud800"``, vali
 invalid UTF-8 once decoded) and integers beyond 64 bits (which orjson would read as floats).
 What neither can take (nesting deeper than about a thousand levels, integers of thousands of
 digits, text that is not JSON) is a 400 in OpenAI's error shape, never a RecursionError's 500.
+
+``NaN``, ``Infinity`` and ``-Infinity`` are not JSON, but Python's ``json.dumps`` writes them by
+default (a ``temperature`` a client computed, a schema's bound) and the standard library reads
+them. A body holding one goes out as it came: parsed as ``NonFinite`` floats, which orjson
+refuses, so the standard library writes the body again with the same tokens (issue 17; orjson
+would write ``null``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,14 @@ from proxy.errors import InvalidRequest
 
 # Floats this large that are whole numbers may have been integers orjson could not hold.
 _EXACT_INT_LIMIT = 2.0**63
+
+
+class NonFinite(float):
+    """``NaN``, ``Infinity`` or ``-Infinity`` as a client wrote it: a float to every reader, and
+    written back as the same token (orjson refuses the subclass, the standard library writes
+    it)."""
+
+    __slots__ = ()
 
 
 def _invalid(detail: str) -> InvalidRequest:
@@ -43,7 +57,7 @@ def parse(raw: bytes) -> Any:
 
 def _parse_exactly(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=NonFinite)
     except RecursionError as exc:
         raise _invalid("it is nested too deeply") from exc
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int past the digit limit
@@ -70,8 +84,8 @@ def encode(value: Any) -> bytes:
     it). Non-ASCII text goes out as UTF-8; a lone surrogate goes out as its ``\\u`` escape."""
     try:
         return orjson.dumps(value)
-    except TypeError:  # a lone surrogate, an integer past 64 bits, nesting past orjson's limit
-        return _encode_exactly(value, sort_keys=False)
+    except TypeError:  # a lone surrogate, an integer past 64 bits, nesting past orjson's limit,
+        return _encode_exactly(value, sort_keys=False)  # a NonFinite
 
 
 def canonical(value: Any) -> bytes:

@@ -2,7 +2,10 @@
 
 It records every request it receives and answers from a script of replies (or a default chat
 completion that echoes how many messages it got), streaming when asked, with optional pauses
-between chunks, so tests can assert on what the provider received and when.
+between chunks, so tests can assert on what the provider received and when. With ``compression``
+set (``gzip`` or ``deflate``) it compresses every answer the way real providers do when the
+request's Accept-Encoding allows it (``compress_unasked``: even when it does not), flushing after
+each chunk so that a stream still streams.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 import json
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,6 +122,26 @@ def default_reply(request: Received) -> Reply:
     return json_reply({"path": request.path, "method": request.method, "bytes": len(request.body)})
 
 
+def accepts(headers: dict[str, str], coding: str) -> bool:
+    """The request's Accept-Encoding names ``coding`` (lower-cased header names)."""
+    accepted = headers.get("accept-encoding", "")
+    return coding in [item.split(";")[0].strip().lower() for item in accepted.split(",")]
+
+
+def compressed(chunks: list[bytes | float], coding: str) -> list[bytes | float]:
+    """``chunks`` in ``coding`` (gzip or deflate), each flushed so that a stream still streams;
+    pauses stay pauses."""
+    compressor = zlib.compressobj(wbits=31 if coding == "gzip" else 15)
+    out: list[bytes | float] = [
+        piece
+        if isinstance(piece, float | int)
+        else compressor.compress(piece) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        for piece in chunks
+    ]
+    out.append(compressor.flush())
+    return out
+
+
 class MockUpstream:
     """The ASGI app of the mock provider. Thread-safe: tests read it while it serves."""
 
@@ -128,6 +152,8 @@ class MockUpstream:
         self._script: deque[Script] = deque()
         self._lock = threading.Lock()
         self.default: Callable[[Received], Reply] = default_reply
+        self.compression: str | None = None  # gzip | deflate
+        self.compress_unasked = False
 
     def push(self, *replies: Script) -> None:
         with self._lock:
@@ -167,7 +193,7 @@ class MockUpstream:
             raw_headers=list(scope["headers"]),
             body=body,
         )
-        reply = self._next(request)
+        reply = self._compressed(self._next(request), request)
         watcher = asyncio.create_task(self._watch(receive))
         try:
             if reply.delay:
@@ -190,6 +216,15 @@ class MockUpstream:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watcher.cancel()
+
+    def _compressed(self, reply: Reply, request: Received) -> Reply:
+        coding = self.compression
+        if coding is None or not (accepts(request.headers, coding) or self.compress_unasked):
+            return reply
+        headers = [(k, v) for k, v in reply.headers if k.lower() != "content-length"]
+        headers.append(("content-encoding", coding))
+        chunks = compressed(reply.chunks, coding)
+        return Reply(status=reply.status, delay=reply.delay, headers=headers, chunks=chunks)
 
     async def _watch(self, receive: Any) -> None:
         message = await receive()

@@ -135,6 +135,20 @@ def test_simulate_reports_bad_input_without_a_traceback(files: tuple[Path, Path]
     assert "messages[0]" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_simulate_shows_a_lone_surrogate_as_its_escape(files: tuple[Path, Path]) -> None:
+    """``"\\ud800"`` is valid JSON no UTF-8 stdout takes (issue 17): shown as the escape, in the
+    table and in --json (where it stays valid JSON), not a traceback."""
+    conversation, config = files
+    odd = conversation.with_name("surrogate.json")
+    odd.write_text(json.dumps([*MESSAGES[:1], {"role": "user", "content": "a \ud800 b"}]))
+    table = run_cli(str(odd), "--config", str(config))
+    assert table.returncode == 0 and "Traceback" not in table.stderr, table.stderr
+    assert "a \\ud800 b" in table.stdout
+    plan = run_cli(str(odd), "--config", str(config), "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["messages"][1]["content"] == "a \ud800 b"
+
+
 def test_simulate_summarize_calls_the_summarizer_and_shows_the_summary(
     files: tuple[Path, Path],
 ) -> None:

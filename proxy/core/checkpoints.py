@@ -296,7 +296,9 @@ def encode_record(record: Record) -> bytes:
     retired = sorted(c.id for c in record.checkpoints if c.id in record.retired)
     if retired:  # absent unless an operator restored: a record without it reads as before
         data["retired"] = retired
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    # wirejson: text no UTF-8 encoder takes (a lone surrogate in a model name that came from a
+    # client) is written as its JSON escape instead of failing the store (issue 17).
+    return wirejson.encode(data)
 
 
 def _checked(obj: Mapping[str, Any], key: str, types: tuple[type, ...]) -> Any:

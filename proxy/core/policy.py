@@ -154,6 +154,9 @@ class PolicySummarizer(PolicyModel):
     max_input_tokens: int | None = Field(
         None, gt=0, description="Largest transcript one call may take." + _INHERIT
     )
+    max_summarized_tokens: int | None = Field(
+        None, gt=0, description="The most of the old turns one summary reads." + _INHERIT
+    )
     cod_max_loops: int | None = Field(
         None, ge=0, description="Chain-of-Density refinement passes (0 = off)." + _INHERIT
     )

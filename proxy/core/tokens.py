@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -48,6 +48,11 @@ TOOL_CALL_TOKENS = 3
 TOOLS_BASE_TOKENS = 12
 TOOL_FUNCTION_TOKENS = 7
 APPROX_BYTES_PER_TOKEN = 4
+# Texts longer than this are counted in pieces: tiktoken returns a list of every token, and
+# building millions of Python ints holds the GIL, so counting a 24 MB message stalled the event
+# loop for ~70 ms even from a worker thread (issue 17). Pieces keep each hold to ~3 ms, and the
+# transient list to a few MB instead of ~180.
+COUNT_PIECE_CHARS = 1 << 18
 
 Length = Callable[[str], int]
 
@@ -58,6 +63,35 @@ def lookup_model(model: str, table: Mapping[str, ModelInfo]) -> ModelInfo | None
         if fnmatchcase(model, pattern):
             return info
     return None
+
+
+def _exact(encoding: Any) -> Length:
+    """Token counts from a tiktoken encoding; a long text counted piece by piece."""
+
+    def length(text: str) -> int:
+        if len(text) <= COUNT_PIECE_CHARS:
+            return len(encoding.encode_ordinary(text))
+        return sum(len(encoding.encode_ordinary(piece)) for piece in pieces(text))
+
+    return length
+
+
+def pieces(text: str, size: int = COUNT_PIECE_CHARS) -> Iterator[str]:
+    """``text`` in pieces of at most ``size`` characters, each cut before a space that follows
+    some other character: tiktoken's pre-tokenizer cuts there too (a word takes the space
+    before it), so the pieces' counts add up to the whole text's; and no word is cut."""
+    start, length = 0, len(text)
+    while length - start > size:
+        end = start + size
+        floor = start + size // 2
+        cut = text.rfind(" ", floor, end)
+        while cut > floor and text[cut - 1].isspace():
+            cut = text.rfind(" ", floor, cut)
+        if cut <= floor:  # no such space: a hard cut, off by a token or two at most
+            cut = end
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 def _approximate(text: str) -> int:
@@ -107,8 +141,7 @@ class TokenCounter:
         length = self._lengths.get(encoding)
         if length is None:
             try:
-                enc = self._load_encoding(encoding)
-                length = lambda text: len(enc.encode_ordinary(text))  # noqa: E731
+                length = _exact(self._load_encoding(encoding))
             except Exception as exc:  # any failure to load must degrade, never crash a request
                 if not self._warned:
                     self._warned = True

@@ -32,30 +32,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy import wirejson
-from proxy.config import Settings
 from proxy.core.planner import Plan
-from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
-from proxy.errors import InvalidRequest, ProxyError
-from proxy.forward import upstream_url
-from proxy.headers import request_headers_upstream
-from proxy.tenancy import Credentials, credential_headers
-from proxy.upstream.base import RawHeaders
+from proxy.dialects.base import HASHED, WIRE, AnthropicWire, Neutral, wire_groups
+from proxy.errors import InvalidRequest
 
 _ROLES = ("user", "assistant")
 _CACHE_MARK = "cache_control"
-_AUTH_HEADERS = frozenset({b"x-api-key", b"authorization"})
-
-# Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-}
 
 
 def _invalid(message: str, param: str) -> InvalidRequest:
@@ -298,7 +280,7 @@ def _stubbed(message: dict[str, Any], stubs: Mapping[str, Any]) -> dict[str, Any
     return {**message, "content": content}
 
 
-class AnthropicMessages:
+class AnthropicMessages(AnthropicWire):
     name = "messages"
     history_field = "messages"
 
@@ -319,50 +301,6 @@ class AnthropicMessages:
         else:
             out.pop("system", None)
         return out
-
-    def error_body(self, error: ProxyError) -> bytes:
-        kind = _ERROR_TYPES.get(error.status_code)
-        if kind is None:
-            kind = "invalid_request_error" if error.status_code < 500 else "api_error"
-        return json.dumps(
-            {"type": "error", "error": {"type": kind, "message": error.message}}
-        ).encode()
-
-    def upstream_url(self, settings: Settings, scope: dict) -> str:
-        # The base URL has no /v1 (as the anthropic SDK's): the client's path goes on whole.
-        return upstream_url(settings.upstream.anthropic_base_url, scope, strip_prefix="")
-
-    def upstream_headers(
-        self,
-        headers: RawHeaders,
-        settings: Settings,
-        *,
-        own_headers: frozenset[bytes],
-        drop_content_length: bool = False,
-    ) -> RawHeaders:
-        """The client's headers (``anthropic-version`` and ``anthropic-beta`` among them), with
-        ``x-api-key`` replaced when the proxy holds the provider's key."""
-        out = request_headers_upstream(
-            headers, own_headers=own_headers, api_key=None, drop_content_length=drop_content_length
-        )
-        key = settings.upstream.anthropic_api_key
-        if key is None:
-            return out
-        kept = [(n, v) for n, v in out if n.lower() not in _AUTH_HEADERS]
-        return [*kept, (b"x-api-key", key.get_secret_value().encode("latin-1"))]
-
-    def caller_credentials(self, headers: Mapping[str, str], settings: Settings) -> Credentials:
-        """The caller's Anthropic key goes to the summarizer only where the summarizer would
-        send it: the OpenAI-compatible upstream, and only when that is the same host as the
-        Anthropic upstream (a gateway serving both); never to another provider."""
-        if _origin(settings.upstream.base_url) != _origin(settings.upstream.anthropic_base_url):
-            return {}
-        return credential_headers(headers)
-
-
-def _origin(url: str) -> str:
-    scheme, _, rest = url.partition("://")
-    return f"{scheme.lower()}://{rest.split('/', 1)[0].lower()}"
 
 
 MESSAGES = AnthropicMessages()

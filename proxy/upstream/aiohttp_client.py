@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 
 import aiohttp
 from multidict import CIMultiDict
@@ -15,7 +14,9 @@ from proxy.upstream.base import Body, RawHeaders
 
 # aiohttp adds these unless told not to; the provider must see only what the client sent.
 _SKIP_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
-_LARGE_BYTES = 1 << 20  # aiohttp.payload.TOO_LARGE_BYTES_BODY
+# aiohttp drains its buffer once it holds more than this (http_writer.StreamWriter.write): a body
+# this small is handed to the socket whole and can never wait on the provider while written.
+_PIECE = 1 << 16
 
 
 def _map_error(exc: BaseException) -> UpstreamError:
@@ -52,9 +53,52 @@ class AiohttpResponse:
             self._response.close()  # an unread body would leave the connection out of step
 
 
+class _WriteDeadline:
+    """``upstream.timeouts.write``, which aiohttp lacks: each piece of a request body must be
+    taken by the provider within it.
+
+    aiohttp writes a body in a task of its own and starts its read timeout only once the body is
+    written, so a provider that stops reading would hold the request, and a pooled connection,
+    for ever (issue 17). This deadline is entered around the request (it cancels it, as a
+    timeout); the body's pieces arm it while aiohttp writes one and disarm it while the next is
+    awaited, which on a pass-through is the client's pace, bounded by the server's
+    ``body_idle_timeout_seconds``.
+    """
+
+    def __init__(self, write: float, read: float) -> None:
+        self._write = write
+        self._read = read
+        self.scope: asyncio.Timeout | None = None  # set while the request waits for its answer
+
+    def _arm(self, seconds: float | None) -> None:
+        if self.scope is not None:  # None once the answer has come: the deadline has left
+            when = None if seconds is None else asyncio.get_running_loop().time() + seconds
+            self.scope.reschedule(when)
+
+    async def pieces(self, body: bytes | AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        async for piece in _pieces(body):
+            self._arm(self._write)
+            yield piece
+            self._arm(None)  # asked for the next piece: the last one was written
+        # The last piece may still be draining; aiohttp's read timeout starts once it has, so
+        # this only ever ends a final write that never drains.
+        self._arm(self._write + self._read)
+
+
+async def _pieces(body: bytes | AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    if isinstance(body, bytes):
+        for start in range(0, len(body), _PIECE):
+            yield body[start : start + _PIECE]
+    else:
+        async for chunk in body:
+            yield chunk
+
+
 class AiohttpUpstream:
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(self, session: aiohttp.ClientSession, *, write: float, read: float) -> None:
         self._session = session
+        self._write = write
+        self._read = read
 
     @classmethod
     def from_settings(cls, settings: UpstreamSettings) -> AiohttpUpstream:
@@ -74,27 +118,34 @@ class AiohttpUpstream:
             trust_env=False,
             cookie_jar=aiohttp.DummyCookieJar(),
         )
-        return cls(session)
+        return cls(session, write=t.write, read=t.read)
 
     async def send(self, method: str, url: str, headers: RawHeaders, body: Body) -> AiohttpResponse:
         request_headers = CIMultiDict(
             (k.decode("latin-1"), v.decode("latin-1")) for k, v in headers
         )
-        if isinstance(body, bytes) and len(body) > _LARGE_BYTES:
-            # aiohttp warns (a ResourceWarning) about bytes past 1 MiB; a file-like body is
-            # sent in chunks, with its Content-Length all the same.
-            body = io.BytesIO(body)
+        deadline = _WriteDeadline(self._write, self._read)
+        data: Body = body
+        if isinstance(body, bytes) and len(body) > _PIECE:
+            # Sent in pieces (aiohttp would also warn about bytes past 1 MiB), with its length.
+            request_headers["Content-Length"] = str(len(body))
+            data = deadline.pieces(body)
+        elif body is not None and not isinstance(body, bytes):
+            data = deadline.pieces(body)
         try:
-            response = await self._session.request(
-                method,
-                url,
-                headers=request_headers,
-                data=body,
-                allow_redirects=False,
-                skip_auto_headers=_SKIP_AUTO_HEADERS,
-            )
+            async with asyncio.timeout(None) as deadline.scope:
+                response = await self._session.request(
+                    method,
+                    url,
+                    headers=request_headers,
+                    data=data,
+                    allow_redirects=False,
+                    skip_auto_headers=_SKIP_AUTO_HEADERS,
+                )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _map_error(exc) from exc
+        finally:
+            deadline.scope = None
         return AiohttpResponse(response)
 
     async def aclose(self) -> None:

@@ -130,10 +130,12 @@ def request_bytes(port: int, body: bytes, headers: dict[str, str]) -> bytes:
     ).encode() + body
 
 
-def start_proxy(tmp: Path, mock_port: int, source: Path) -> Target:
+def start_proxy(tmp: Path, mock_port: int, source: Path, *, config_text: str = CONFIG) -> Target:
+    """The proxy of ``source`` as a process, with ``config_text`` (formatted with its port, the
+    mock's, MODEL and ADMIN)."""
     port = free_port()
     config = tmp / "long.yaml"
-    config.write_text(CONFIG.format(port=port, mock=mock_port, model=MODEL, admin=ADMIN))
+    config.write_text(config_text.format(port=port, mock=mock_port, model=MODEL, admin=ADMIN))
     env = {
         k: v
         for k, v in os.environ.items()

@@ -292,3 +292,74 @@ def test_hostile_transcripts_and_outputs_never_forge_tags(
     assert "DELIM-1" not in text.split("Kept verbatim")[0]
     content = render_summary_message(text)["content"]
     assert len(TAG_PATTERN.findall(content)) == 2
+
+
+@pytest.mark.anyio
+async def test_lone_surrogates_are_replaced_in_what_the_summarizer_reads_and_writes(
+    counter: TokenCounter,
+) -> None:
+    """A client may send ``"\\ud800"`` (valid JSON); no UTF-8 encoder takes it (issue 17). The
+    summarizer reads U+FFFD in its place, and a surrogate in its answer is replaced too."""
+    transcript = [user("FIRST \ud800 msg, see https://x.test/\udfff/a"), assistant("ok")]
+    answer = json.dumps(completion("summary with \ud800 in it")).encode()
+    async with httpx.AsyncClient() as client:
+        with respx.mock(base_url=BASE) as mock:
+            route = mock.post("/chat/completions").respond(content=answer)
+            text = await summarizer(client, counter).summarize(
+                transcript, previous="older \udc00 summary", model="gpt-4o-mini", max_tokens=300
+            )
+    body = json.loads(route.calls.last.request.content.decode("utf-8"))  # strict UTF-8
+    data = body["messages"][1]["content"]
+    assert "FIRST \ufffd msg" in data and "older \ufffd summary" in data
+    assert "summary with \ufffd in it" in text
+    assert not re.search("[\ud800-\udfff]", text)  # the kept identifiers too
+
+
+@pytest.mark.anyio
+async def test_one_summary_reads_the_newest_max_summarized_tokens_and_says_what_it_left_out(
+    counter: TokenCounter,
+) -> None:
+    """Issue 17: a 24 MB old message made ~130 sequential calls. The newest part within
+    ``max_summarized_tokens`` is read, in calls of max_input_tokens - max_tokens - 1000; the
+    oldest part is left out, and the transcript, the summary and the callback say so."""
+    huge = user("OLDEST-START " + "the build step passed again, " * 40_000 + "HUGE-END")
+    turns = [huge, *(user(f"turn {i}: " + "detail " * 200) for i in range(4))]
+    omitted: list[int] = []
+    async with httpx.AsyncClient() as client:
+        with respx.mock(base_url=BASE) as mock:
+            route = mock.post("/chat/completions").mock(
+                side_effect=[httpx.Response(200, json=completion(f"part {i}")) for i in range(50)]
+            )
+            made = OpenAISummarizer(
+                client,
+                base_url=BASE,
+                credentials=None,
+                settings=SummarizerSettings(
+                    max_input_tokens=2000, max_summarized_tokens=3000, cod_max_loops=3
+                ),
+                counter=counter,
+                on_omitted=omitted.append,
+            )
+            text = await made.summarize(turns, previous=None, model="m", max_tokens=200)
+    calls = [sent(route, i)["messages"][1]["content"] for i in range(len(route.calls))]
+    assert 2 <= len(calls) <= -(-3000 // (2000 - 200 - 1000))  # no densifying over chunks
+    assert "Left out of this summary: the oldest 1 message(s)" in calls[0]
+    assert "OLDEST-START" not in "".join(calls) and "HUGE-END" in "".join(calls)
+    assert "turn 3:" in calls[-1]
+    assert text.startswith("[Left out of this summary: the oldest 1 message(s) of these turns")
+    assert omitted and omitted[0] > 200_000  # about the 240k tokens left out
+
+
+@pytest.mark.anyio
+async def test_a_transcript_is_read_in_full_chunks_every_line_in_some_call(
+    counter: TokenCounter,
+) -> None:
+    turns = [user(f"M{i}-HEAD " + "word " * (50 + 97 * i % 700) + f"M{i}-TAIL") for i in range(30)]
+    async with httpx.AsyncClient() as client:
+        made = summarizer(client, counter, max_input_tokens=1800)
+        source = made.read(turns, "m", max_tokens=200)
+    total = sum(counter.count_text(line, "m") for line in source.lines)
+    assert source.omitted_tokens == source.omitted_messages == 0
+    assert len(source.chunks) == -(-total // 600)  # filled: ceil(tokens / budget) calls
+    joined = "\n".join(source.chunks)
+    assert all(f"M{i}-HEAD" in joined and f"M{i}-TAIL" in joined for i in range(30))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+import tiktoken
 
 from proxy.config import Settings
 from proxy.core.policy import ModelInfo
 from proxy.core.tokens import (
+    COUNT_PIECE_CHARS,
     IMAGE_HIGH_TOKENS,
     IMAGE_LOW_TOKENS,
     TokenCounter,
@@ -187,3 +189,23 @@ def test_lookup_model_uses_first_matching_glob() -> None:
     assert lookup_model("gpt-4-0613", table).context_window == 8192
     assert lookup_model("claude-3", table).context_window == 200_000  # built-in families
     assert lookup_model("mystery-model", table) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The configured value was cached again, see src/mod_7.py. " * 12_000,
+        "0001 normalized 7919 src/m1/f1.py\n  indented\ttab  runs   of spaces\n" * 11_000,
+        "漢字 and émigré 😀, " * 40_000,
+        "x" * 300_000 + " tail",
+    ],
+    ids=["prose", "log", "unicode", "no-spaces"],
+)
+def test_a_long_text_counted_in_pieces_counts_as_the_whole(
+    text: str, counter: TokenCounter, tiktoken_files: object
+) -> None:
+    """Pieces are cut where tiktoken's pre-tokenizer cuts too (issue 17: one 24 MB list of
+    tokens held the GIL for ~70 ms), so the count is tiktoken's for the whole text."""
+    assert len(text) > COUNT_PIECE_CHARS
+    whole = len(tiktoken.get_encoding("o200k_base").encode_ordinary(text))
+    assert counter.count_text(text, "gpt-4o") == whole

@@ -22,7 +22,6 @@ from proxy.core.policy import PolicySettings
 from proxy.overflow import BufferedResponse
 from proxy.windows import (
     ModelWindows,
-    decoded_body,
     entry_window,
     find_entry,
     relies_on_window,
@@ -98,13 +97,6 @@ def test_find_entry_by_id_or_llama_cpp_single_model() -> None:
 )
 def test_windows_stated_by_overflow_answers(body: bytes, window: int | None) -> None:
     assert window_from_error(body) == window
-
-
-def test_a_gzipped_answer_is_read() -> None:
-    body = b'{"error":{"message":"maximum context length is 8192 tokens"}}'
-    headers = [(b"content-encoding", b"gzip")]
-    assert window_from_error(decoded_body(gzip.compress(body), headers)) == 8192
-    assert decoded_body(b"\x00\x01", [(b"content-encoding", b"br")]) == b""
 
 
 # --- resolution order ---------------------------------------------------------------------------

@@ -59,6 +59,9 @@ class ResponsesProvider:
         # A streamed request over the window: 200, then response.failed (as OpenAI may answer).
         self.overflow_in_stream = False
         self.stream_pieces = ["done", ": ", "ok"]
+        # A reasoning model thinking: seconds between the opening events and the first output
+        # (or, with ``overflow_in_stream``, the failure).
+        self.think_seconds = 0.0
         self.sent_streams: list[bytes] = []  # each streamed body exactly as sent
         self.refusals: list[str] = []  # why an input was refused as malformed
         self._pairs: dict[str, str] = {}  # call_id -> id of the reasoning item emitted with it
@@ -185,33 +188,46 @@ class ResponsesProvider:
         response = self._response(body, [], 0)
         failed = {**response, "status": "failed", "error": OVERFLOW["error"], "usage": None}
         created = {**response, "status": "in_progress", "usage": None}
-        return sse_reply(
-            _events(
-                [
-                    ("response.created", {"response": created}),
-                    ("response.in_progress", {"response": created}),
-                    ("response.failed", {"response": failed}),
-                ]
-            )
+        opening = _events(
+            [
+                ("response.created", {"response": created}),
+                ("response.in_progress", {"response": created}),
+            ]
         )
+        failure = _events([("response.failed", {"response": failed})], first=2)
+        return sse_reply([*opening, self.think_seconds, *failure])
 
     def _stream(self, response: dict[str, Any]) -> Reply:
+        """The events OpenAI streams, in its order (what the SDK's stream helper checks): the
+        opening ones, each output item added, its text as deltas, done, then the response."""
         created = {**response, "status": "in_progress", "output": [], "usage": None}
         events: list[tuple[str, dict[str, Any]]] = [
             ("response.created", {"response": created}),
+            ("response.in_progress", {"response": created}),
         ]
-        for piece in self.stream_pieces:
-            events.append(
-                (
-                    "response.output_text.delta",
-                    {"item_id": "msg_mock", "output_index": 0, "content_index": 0, "delta": piece},
-                )
-            )
+        for index, item in enumerate(response["output"]):
+            if item["type"] != "message":
+                events.append(("response.output_item.added", {"output_index": index, "item": item}))
+                events.append(("response.output_item.done", {"output_index": index, "item": item}))
+                continue
+            at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            text = "".join(self.stream_pieces)
+            part = {"type": "output_text", "text": "", "annotations": []}
+            started = {**item, "status": "in_progress", "content": []}
+            events.append(("response.output_item.added", {"output_index": index, "item": started}))
+            events.append(("response.content_part.added", {**at, "part": part}))
+            events += [
+                ("response.output_text.delta", {**at, "delta": p}) for p in self.stream_pieces
+            ]
+            events.append(("response.output_text.done", {**at, "text": text}))
+            events.append(("response.content_part.done", {**at, "part": {**part, "text": text}}))
+            done = {**item, "content": [{**part, "text": text}]}
+            events.append(("response.output_item.done", {"output_index": index, "item": done}))
         events.append(("response.completed", {"response": response}))
         chunks = _events(events)
         with self._lock:
             self.sent_streams.append(b"".join(chunks))
-        return sse_reply(list(chunks))
+        return sse_reply([*chunks[:2], self.think_seconds, *chunks[2:]])
 
     # --- what was received ----------------------------------------------------------------------
 
@@ -222,9 +238,9 @@ class ResponsesProvider:
         return [r.body for r in self.mock.received if r.path.endswith("/responses")]
 
 
-def _events(events: list[tuple[str, dict[str, Any]]]) -> list[bytes | float]:
+def _events(events: list[tuple[str, dict[str, Any]]], *, first: int = 0) -> list[bytes]:
     """One SSE chunk per event, as OpenAI writes them: ``event:`` and ``data:`` lines."""
     return [
         f"event: {name}\ndata: {json.dumps({'type': name, 'sequence_number': i, **data})}\n\n".encode()
-        for i, (name, data) in enumerate(events)
+        for i, (name, data) in enumerate(events, start=first)
     ]

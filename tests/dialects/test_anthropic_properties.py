@@ -27,6 +27,8 @@ from proxy.core.policy import (
 )
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.anthropic_messages import MESSAGES
+from proxy.dialects.chat_completions import CHAT
+from proxy.dialects.responses import RESPONSES
 from proxy.errors import InvalidRequest, PayloadTooLarge, UpstreamTimeout, UpstreamUnavailable
 from tests.dialects.anthropic_provider import problems, summaries_in, system_texts
 from tests.dialects.planning import plan_body
@@ -398,3 +400,28 @@ def test_the_callers_key_reaches_the_summarizer_only_on_the_same_host() -> None:
         base_url="https://gateway.example/v1", anthropic_base_url="https://gateway.example"
     )
     assert MESSAGES.caller_credentials(caller, gateway) == {"x-api-key": "sk-caller"}
+
+
+@pytest.mark.parametrize("dialect", [CHAT, RESPONSES], ids=["chat", "responses"])
+def test_a_request_carrying_anthropic_version_is_anthropics_on_openais_routes_too(
+    dialect: Any,
+) -> None:
+    """Issue 17: an Anthropic key never goes to the OpenAI-compatible upstream, whatever the
+    path; ``x-api-key`` alone is a gateway's credential and stays with the route's API."""
+    settings = settings_with(
+        base_url="https://api.openai.com/v1",
+        api_key=SecretStr("sk-openai-proxy"),
+        anthropic_api_key=SecretStr("sk-ant-proxy"),
+    )
+    anthropic = [(b"anthropic-version", b"2023-06-01"), (b"x-api-key", b"sk-ant-caller")]
+    scope = {"path": "/v1/chat/completions", "query_string": b"", "headers": anthropic}
+    assert dialect.upstream_url(settings, scope) == "https://api.anthropic.com/v1/chat/completions"
+    sent = dialect.upstream_headers(anthropic, settings, own_headers=frozenset())
+    assert sent == [(b"anthropic-version", b"2023-06-01"), (b"x-api-key", b"sk-ant-proxy")]
+    caller = {"anthropic-version": "2023-06-01", "x-api-key": "sk-ant-caller"}
+    assert dialect.caller_credentials(caller, settings) == {}
+
+    gateway = [(b"x-api-key", b"gw-key")]
+    scope = {**scope, "headers": gateway}
+    assert dialect.upstream_url(settings, scope) == "https://api.openai.com/v1/chat/completions"
+    assert dialect.caller_credentials({"x-api-key": "gw-key"}, settings) == {"x-api-key": "gw-key"}

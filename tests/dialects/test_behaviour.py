@@ -169,7 +169,11 @@ def test_ahead_mode_summarizes_after_a_response_and_no_turn_waits(driver: Driver
     assert 'mode="inline"' not in metrics
 
 
-def test_an_overflow_is_rescued_with_one_retry(driver: Driver) -> None:
+@pytest.mark.parametrize("coding", [None, "gzip"])
+def test_an_overflow_is_rescued_with_one_retry(driver: Driver, coding: str | None) -> None:
+    """Also from a provider that compresses its answers, as real ones do: the overflow is read
+    all the same, and the client gets the provider's bytes as they were."""
+    driver.mock.compression = coding
     driver.start(config(trigger="input_tokens: 1000000"))  # never fires: only the rescue cuts
     run = driver.run("overflow", 8)
     assert set(run.outcomes) == {"skipped"} and driver.providers.summaries == 0
@@ -179,6 +183,7 @@ def test_an_overflow_is_rescued_with_one_retry(driver: Driver) -> None:
     rescued = driver.run("overflow", 1, run.history)  # the client gets an answer: a tool call
     exchange = rescued.exchanges[0]
     assert exchange.headers["x-compaction-retried"] == "context_length_exceeded"
+    assert exchange.headers.get("content-encoding") == coding
     assert len(exchange.prompts) == 2
     (_, refused), (_, retried) = exchange.prompts
     assert driver.view(refused) == driver.view(json.loads(exchange.sent)), "first as it came"

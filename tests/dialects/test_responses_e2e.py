@@ -181,7 +181,7 @@ def test_a_streamed_overflow_is_rescued_once(mock, start_proxy, in_stream: bool)
     assert provider.chat.summaries == 1
 
 
-def _long_messages() -> list[dict[str, Any]]:
+def long_input() -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = [DEVELOPER]
     for turn in range(12):
         items.append(
@@ -212,7 +212,7 @@ def test_what_is_not_compacted_goes_out_byte_identical(mock, start_proxy, header
     provider = ResponsesProvider(mock)
     interactions = "trigger: {interactions: 2, context_fraction: 0}, keep: {interactions: 1}"
     server = start_proxy(settings_for(mock.url, config(policy=interactions)))
-    fields = {"model": "gpt-4o", "instructions": INSTRUCTIONS, "input": _long_messages(), **extra}
+    fields = {"model": "gpt-4o", "instructions": INSTRUCTIONS, "input": long_input(), **extra}
     body = json.dumps(fields, indent=1).encode()
     response = httpx.post(
         f"{server.url}/v1/responses",
@@ -240,7 +240,7 @@ def test_previous_response_id_with_the_official_client_is_off(mock, start_proxy)
 def test_a_request_below_the_trigger_goes_out_byte_identical(mock, start_proxy) -> None:
     ResponsesProvider(mock)
     server = start_proxy(settings_for(mock.url, config()))
-    body = json.dumps({"model": "gpt-4o", "input": _long_messages()}, indent=2).encode()
+    body = json.dumps({"model": "gpt-4o", "input": long_input()}, indent=2).encode()
     response = httpx.post(
         f"{server.url}/v1/responses",
         content=body,
@@ -287,7 +287,7 @@ def test_streamed_events_are_relayed_byte_for_byte(mock, start_proxy) -> None:
     with api.responses.with_streaming_response.create(
         model="gpt-4o",
         instructions=INSTRUCTIONS,
-        input=_long_messages(),
+        input=long_input(),
         stream=True,
         extra_headers={"X-Conversation-Id": "streamed"},
     ) as response:
@@ -303,7 +303,7 @@ def test_streamed_events_are_relayed_byte_for_byte(mock, start_proxy) -> None:
         api.responses.create(
             model="gpt-4o",
             instructions=INSTRUCTIONS,
-            input=_long_messages(),
+            input=long_input(),
             stream=True,
             extra_headers={"X-Conversation-Id": "streamed"},
         )

@@ -78,3 +78,49 @@ def expect_without_body(
         for sock in sockets:
             sock.close()
     return ExpectAttack(len(sockets), refused, continues, answered)
+
+
+def main() -> None:
+    """``python -m tests.faults.attacks [CONNECTIONS]``: the Expect wedge, measured. A fresh
+    ``compaction-proxy serve`` (the default upstream pool of 256) in front of a provider that
+    never sends 100 Continue; CONNECTIONS (300) attackers; then another client's request, and
+    the provider's open connections from the proxy 10 s after the attackers left."""
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import httpx
+
+    from tests.faults.raw_provider import RawProvider
+    from tests.faults.replicas import Replica, proxy_config
+
+    connections = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    with tempfile.TemporaryDirectory() as workdir, RawProvider() as provider:
+        proxy = Replica(proxy_config(upstream=provider.url, store="memory://"), Path(workdir))
+        try:
+            attack = expect_without_body(proxy.port, connections=connections)
+            left = time.monotonic()
+            print(
+                f"attack: {attack}; connections open to the provider: {provider.open_connections}"
+            )
+            started = time.monotonic()
+            try:
+                status = httpx.get(
+                    f"{proxy.url}/v1/models", headers={"authorization": "Bearer sk-x"}, timeout=30
+                ).status_code
+            except httpx.TimeoutException:
+                status = 0
+            took = time.monotonic() - started
+            print(f"another client's GET /v1/models: {status or 'no answer'} in {took:.3f} s")
+            time.sleep(max(0.0, 10 - (time.monotonic() - left)))
+            print(
+                "10 s after the attackers left: requests in flight at the provider "
+                f"{provider.in_flight}, connections open {provider.open_connections} "
+                "(idle pooled ones included)"
+            )
+        finally:
+            proxy.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,6 @@
 """The campaign's provider: a lean mock of OpenAI's and Anthropic's APIs in a process of its own.
 
-``python -m tests.faults.provider_server PORT [--serves openai|anthropic] [--body-first]``.
+``python -m tests.faults.provider_server PORT [--serves openai|anthropic] [--body-first] [--gzip]``.
 Unlike tests/mock_upstream.py it keeps no request bodies (a soak sends hundreds of thousands),
 so its memory stays flat. It answers chat completions, Responses (``/v1/responses``) and
 Anthropic Messages (``/v1/messages``), streamed when asked, and the summarizer's calls (model
@@ -18,8 +18,9 @@ an empty list. It counts what the campaign asserts on:
 - ``markers``: how many model requests (not the summarizer's) held each ``ONCE-<name>`` marker:
   what the provider was billed for.
 
-``POST /control`` with a JSON object sets knobs while it runs: ``gzip`` (compress JSON answers,
-error bodies included, when the request accepts gzip, as real providers do),
+``POST /control`` with a JSON object sets knobs while it runs: ``gzip`` (compress every answer,
+error bodies and streams included, when the request accepts gzip, as real providers do; on from
+the start with ``--gzip``),
 ``max_messages`` (a prompt of more messages or input items is refused with the dialect's
 "too long" 400; 0: never) and ``summary_delay`` (seconds each summarizer call takes).
 
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import json
 import re
 from typing import Any
@@ -42,7 +42,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tests.dialects.anthropic_provider import message as anthropic_message
 from tests.dialects.anthropic_provider import sse_events as anthropic_events
-from tests.mock_upstream import completion, sse_chunks
+from tests.mock_upstream import accepts, completion, compressed, sse_chunks
 
 SUMMARIZER_MODEL = "mock-summarizer"
 MARKER = re.compile(rb"TENANT-([a-z0-9]+)")
@@ -120,9 +120,9 @@ def _response_events(response: dict[str, Any]) -> list[bytes]:
 
 
 class Provider:
-    def __init__(self, serves: str = "openai") -> None:
+    def __init__(self, serves: str = "openai", *, gzip: bool = False) -> None:
         self.foreign = FOREIGN[serves]
-        self.knobs: dict[str, Any] = {"gzip": False, "max_messages": 0, "summary_delay": 0.0}
+        self.knobs: dict[str, Any] = {"gzip": gzip, "max_messages": 0, "summary_delay": 0.0}
         self.stats: dict[str, Any] = {
             "serves": serves,
             "requests": 0,
@@ -169,13 +169,10 @@ class Provider:
         headers = dict(scope["headers"])
         status, content_type, chunks = await self._answer(scope, headers, body)
         extra = []
-        if (
-            self.knobs["gzip"]
-            and content_type == "application/json"
-            and b"gzip" in headers.get(b"accept-encoding", b"")
-        ):
-            chunks = [gzip.compress(b"".join(chunks))]
+        asked = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.knobs["gzip"] and accepts(asked, "gzip"):
             extra.append((b"content-encoding", b"gzip"))
+            chunks = [c for c in compressed(list(chunks), "gzip") if isinstance(c, bytes)]
             self.stats["gzipped"] += 1
         await send(
             {
@@ -265,9 +262,10 @@ def main() -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("--serves", choices=sorted(FOREIGN), default="openai")
     parser.add_argument("--body-first", action="store_true")
+    parser.add_argument("--gzip", action="store_true", help="the gzip knob on from the start")
     args = parser.parse_args()
     uvicorn.run(
-        Provider(args.serves),
+        Provider(args.serves, gzip=args.gzip),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

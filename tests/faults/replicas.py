@@ -22,12 +22,18 @@ TENANT_SECRET = "faults-tenant-secret-0123456789abcdef"
 
 
 def proxy_config(
-    *, upstream: str, store: str, extra_store: str = "", max_body_bytes: int = 33554432
+    *,
+    upstream: str,
+    store: str,
+    extra_store: str = "",
+    extra_upstream: str = "",
+    max_body_bytes: int = 33554432,
 ) -> str:
-    """Summarize every 4 interactions keeping 2, inline, with the mock provider's summarizer."""
+    """Summarize every 4 interactions keeping 2, inline, with the mock provider's summarizer.
+    ``extra_store`` / ``extra_upstream``: more keys of those mappings, each starting ", "."""
     return f"""
 server: {{log_level: info, access_log: true, max_body_bytes: {max_body_bytes}}}
-upstream: {{base_url: "{upstream}/v1"}}
+upstream: {{base_url: "{upstream}/v1"{extra_upstream}}}
 store: {{url: "{store}", tenant_secret: "{TENANT_SECRET}", max_checkpoints: 64{extra_store}}}
 summarizer: {{model: mock-summarizer, timeout_seconds: 10}}
 admin: {{token: {ADMIN_TOKEN}}}

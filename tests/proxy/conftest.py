@@ -36,10 +36,10 @@ def settings_for(upstream_url: str, yaml_text: str = "", **upstream: Any) -> Set
     return settings.model_copy(update={"upstream": settings.upstream.model_copy(update=fields)})
 
 
-@pytest.fixture
-def start_proxy() -> Iterator[Callable[..., ThreadedUvicorn]]:
-    """start_proxy(settings) -> a running proxy, started as `serve` starts it; stopped at the end
-    of the test. ``http="h11"`` picks uvicorn's other HTTP implementation."""
+@contextlib.contextmanager
+def running_proxies() -> Iterator[Callable[..., ThreadedUvicorn]]:
+    """start(settings) -> a running proxy, started as `serve` starts it; every one stopped when
+    the block ends. ``http="h11"`` picks uvicorn's other HTTP implementation."""
     servers: list[ThreadedUvicorn] = []
 
     def start(settings: Settings, *, http: str = "auto", **app_options: Any) -> ThreadedUvicorn:
@@ -50,9 +50,18 @@ def start_proxy() -> Iterator[Callable[..., ThreadedUvicorn]]:
         servers.append(server.__enter__())
         return server
 
-    yield start
-    for server in reversed(servers):
-        server.__exit__(None, None, None)
+    try:
+        yield start
+    finally:
+        for server in reversed(servers):
+            server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def start_proxy() -> Iterator[Callable[..., ThreadedUvicorn]]:
+    """start_proxy(settings) -> a running proxy (running_proxies), stopped at the end of the test."""
+    with running_proxies() as start:
+        yield start
 
 
 @pytest.fixture

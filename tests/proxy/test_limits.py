@@ -7,6 +7,7 @@ is a misbehaving client, so the tests see exactly what went over the wire.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -158,6 +159,61 @@ def test_oversized_header_is_refused_early(mock: MockUpstream, start_proxy, http
     assert sent < 16 * MIB  # refused after a few reads, not after 128 MB
     assert response == b"" or status_of(response) == 431
     assert healthy(server)
+
+
+def head_of(size: int, *, where: str) -> bytes:
+    """A GET head of exactly ``size`` bytes, its padding in the request line or in a header."""
+    if where == "line":
+        start, end = b"GET /v1/models?pad=", b" HTTP/1.1\r\nhost: x\r\n\r\n"
+    else:
+        start, end = b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-pad: ", b"\r\n\r\n"
+    return start + b"a" * (size - len(start) - len(end)) + end
+
+
+@pytest.mark.parametrize("http", PROTOCOLS)
+@pytest.mark.parametrize("where", ["line", "header"])
+@pytest.mark.parametrize("pieces", [1, 7], ids=["one-read", "pieces"])
+def test_a_head_over_the_limit_is_a_json_431_however_it_arrives(
+    mock: MockUpstream, start_proxy, http: str, where: str, pieces: int
+) -> None:
+    """Issue 17: a head that arrived whole in one read was not counted (a 100 KiB header got a
+    200), and a long request line got the parser's plain-text 400."""
+    server = served(mock, start_proxy, "server: {max_header_bytes: 65536}", http=http)
+    for size, status in [(65536, 200), (65537, 431), (100_000, 431), (300_000, 431)]:
+        head = head_of(size, where=where)
+        step = -(-len(head) // pieces)
+        with connect(server) as sock:
+            try:
+                for start in range(0, len(head), step):
+                    sock.sendall(head[start : start + step])
+                    time.sleep(0.01 if pieces > 1 else 0)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            response = read_response(sock) if status == 431 else sock.recv(65536)
+        assert status_of(response) == status, (size, response[:200])
+        if status == 431:
+            error = json.loads(response.partition(b"\r\n\r\n")[2])["error"]
+            assert error["code"] == "headers_too_large"
+    assert [r.path for r in mock.received] == ["/v1/models"]
+
+
+@pytest.mark.parametrize("http", PROTOCOLS)
+def test_a_request_line_past_64_kib_is_a_json_431_even_under_a_larger_limit(
+    mock: MockUpstream, start_proxy, http: str
+) -> None:
+    """Both parsers refuse a request target past 64 KiB with their own plain-text 400."""
+    server = served(mock, start_proxy, "server: {max_header_bytes: 262144}", http=http)
+    for where, size, status in [
+        ("header", 200_000, 200),
+        ("line", 65535, 200),
+        ("line", 70_000, 431),
+    ]:
+        with connect(server) as sock:
+            sock.sendall(head_of(size, where=where))
+            response = read_response(sock) if status == 431 else sock.recv(65536)
+        assert status_of(response) == status, (where, size, response[:200])
+    error = json.loads(response.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "headers_too_large"
 
 
 def test_header_under_the_limit_is_served(mock: MockUpstream, start_proxy) -> None:

@@ -65,8 +65,16 @@ def run(server: ThreadedUvicorn, turns: int, *, model: str = SERVED) -> list[lis
     return seen
 
 
-def test_a_window_known_only_from_models_is_never_exceeded(mock: MockUpstream, start_proxy) -> None:
+# Providers compress their answers (every SDK accepts gzip); some gateways even when asked not to.
+CODINGS = pytest.mark.parametrize("coding", [None, "gzip"])
+
+
+@CODINGS
+def test_a_window_known_only_from_models_is_never_exceeded(
+    mock: MockUpstream, start_proxy, coding: str | None
+) -> None:
     provider = WindowedProvider(mock, window=4096, listing=[vllm_entry(SERVED, 4096)])
+    mock.compression, mock.compress_unasked = coding, True
     server = start_proxy(settings_for(mock.url, CONFIG))
     outcomes = [h["x-compaction"] for turn in run(server, 40) for h in turn]
 
@@ -78,10 +86,12 @@ def test_a_window_known_only_from_models_is_never_exceeded(mock: MockUpstream, s
     assert metric(server, "proxy_model_context_window", model=SERVED, source="discovered") == 4096
 
 
+@CODINGS
 def test_a_model_known_nowhere_overflows_once_then_compacts_ahead(
-    mock: MockUpstream, start_proxy
+    mock: MockUpstream, start_proxy, coding: str | None
 ) -> None:
     provider = WindowedProvider(mock, window=4096, listing=[vllm_entry(SERVED, None)])
+    mock.compression = coding
     server = start_proxy(settings_for(mock.url, CONFIG))
     seen = run(server, 40)
 
@@ -94,14 +104,16 @@ def test_a_model_known_nowhere_overflows_once_then_compacts_ahead(
     assert metric(server, "proxy_windows_learned_total") == 1
 
 
+@CODINGS
 def test_counts_calibrated_by_usage_keep_a_larger_tokenizer_under_the_window(
-    mock: MockUpstream, start_proxy
+    mock: MockUpstream, start_proxy, coding: str | None
 ) -> None:
     # The provider's tokenizer cuts 1.3x the tokens tiktoken counts; its window is 4096 of its
     # own tokens. Uncalibrated, a prompt at 80% of the window by our count would overflow it.
     provider = WindowedProvider(
         mock, window=4096, listing=[vllm_entry(SERVED, 4096)], usage_factor=1.3
     )
+    mock.compression = coding
     server = start_proxy(settings_for(mock.url, CONFIG))
     run(server, 40)
 
@@ -112,8 +124,10 @@ def test_counts_calibrated_by_usage_keep_a_larger_tokenizer_under_the_window(
     assert metric(server, "proxy_calibration_samples_total", outcome="used") > 20
 
 
-def test_streamed_usage_calibrates_too(mock: MockUpstream, start_proxy) -> None:
+@CODINGS
+def test_streamed_usage_calibrates_too(mock: MockUpstream, start_proxy, coding: str | None) -> None:
     WindowedProvider(mock, window=100_000, listing=[], usage_factor=1.25)
+    mock.compression = coding
     server = start_proxy(settings_for(mock.url, CONFIG))
     client = client_for(server)
     messages = [SYSTEM, {"role": "user", "content": PADDING * 12}]

@@ -1,0 +1,189 @@
+"""What compaction costs with the providers' prompt caches counted (issue 19, docs/cost.md).
+
+Run: .venv/bin/python -m tests.bench.cost.bench_cost [--quick]
+
+Each transcript (a 150-round coding agent, an 8-task agent ending just short of the default
+trigger, an 80-turn chat) is replayed under each caching rule (OpenAI-style automatic prefix
+caching through chat completions; Anthropic-style breakpoints through /v1/messages) by each setup
+(straight to the provider; through the proxy with the default policy; through the proxy with
+config/examples/coding-agent.yaml), against a mock provider that applies the rule and bills every
+request. The billing lines are priced under three price models, and each setup's cost is printed
+as a ratio to sending direct in the same run. Per run: summarizer calls and their share of the
+cost, the cache hit rate (cached / all prompt tokens), the largest prompt against the window,
+the X-Compaction outcomes the client saw, and whether the usage the client saw matches what was
+billed (the proxy must relay it unchanged).
+
+``--quick`` plays the transcripts at a quarter of their length against a quarter of the window:
+the same machinery in under two minutes, figures not comparable with the full run (the recipe's
+absolute thresholds, 60k and 24k tokens, do not scale with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken"))
+
+from tests.bench.cost.prices import PRICE_MODELS, PriceModel  # noqa: E402
+from tests.bench.cost.provider import BillingLine, CachingProvider  # noqa: E402
+from tests.bench.cost.replay import Rule, Seen, replay  # noqa: E402
+from tests.bench.cost.setups import SETUPS, BenchModels, SimClock, target  # noqa: E402
+from tests.bench.cost.transcripts import transcripts  # noqa: E402
+from tests.servers import ThreadedUvicorn  # noqa: E402
+
+WINDOW = 200_000
+SUMMARIZER = "bench-summarizer"
+RULES = (Rule("openai", "bench-gpt", "chat"), Rule("anthropic", "bench-claude", "messages"))
+
+
+@dataclass(frozen=True)
+class Run:
+    transcript: str
+    rule: str
+    setup: str
+    lines: list[BillingLine]
+    seen: Seen
+    seconds: float
+
+    @property
+    def turns(self) -> list[BillingLine]:
+        return [line for line in self.lines if not line.summarizer]
+
+    @property
+    def summaries(self) -> list[BillingLine]:
+        return [line for line in self.lines if line.summarizer]
+
+    def cost(self, price: PriceModel, lines: list[BillingLine] | None = None) -> float:
+        lines = self.lines if lines is None else lines
+        return sum(price.cost(line.usage, line.output) for line in lines)
+
+    @property
+    def hit_rate(self) -> float:
+        prompt = sum(line.usage.prompt for line in self.lines)
+        return sum(line.usage.cached for line in self.lines) / prompt if prompt else 0.0
+
+    @property
+    def largest(self) -> int:
+        return max((line.usage.prompt for line in self.turns), default=0)
+
+    @property
+    def usage_relayed(self) -> bool:
+        """The usage the client read adds up to what was billed for its turns."""
+        billed = (
+            len(self.turns),
+            sum(line.usage.prompt for line in self.turns),
+            sum(line.usage.cached for line in self.turns),
+            sum(line.usage.written for line in self.turns),
+            sum(line.output for line in self.turns),
+        )
+        seen = self.seen
+        return billed == (seen.turns, seen.prompt, seen.cached, seen.written, seen.output)
+
+
+def bench(scale: float, window: int) -> list[Run]:
+    provider = CachingProvider(summarizer_model=SUMMARIZER, models=tuple(r.model for r in RULES))
+    clock = SimClock()
+    runs: list[Run] = []
+    with ThreadedUvicorn(provider.app) as upstream:
+        models = BenchModels(upstream.url, tuple(r.model for r in RULES), SUMMARIZER, window)
+        for transcript in transcripts(scale):
+            for rule in RULES:
+                for setup in SETUPS:
+                    print(
+                        f"[bench] {transcript.name} / {rule.name} / {setup.name} ...",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    provider.reset()
+                    started = time.perf_counter()
+                    conversation = f"{transcript.name}-{rule.name}".replace(" ", "-")
+                    with target(
+                        setup, models, route=rule.route, conversation=conversation, clock=clock
+                    ) as where:
+                        seen = replay(transcript, rule, where, provider.tokenizer)
+                    runs.append(
+                        Run(
+                            transcript.name,
+                            rule.name,
+                            setup.name,
+                            provider.lines(),
+                            seen,
+                            time.perf_counter() - started,
+                        )
+                    )
+    return runs
+
+
+def _find(runs: list[Run], transcript: str, rule: str, setup: str) -> Run:
+    return next(r for r in runs if (r.transcript, r.rule, r.setup) == (transcript, rule, setup))
+
+
+def report(runs: list[Run], window: int) -> None:
+    names = list(dict.fromkeys(r.transcript for r in runs))
+    prices = " / ".join(p.name for p in PRICE_MODELS)
+    print(f"\nCost as a ratio to sending direct (same run), priced {prices}:")
+    print(f"{'rule':<10}{'setup':<19}" + "".join(f"{n:<22}" for n in names))
+    for rule in RULES:
+        for setup in SETUPS:
+            cells = []
+            for name in names:
+                run = _find(runs, name, rule.name, setup.name)
+                direct = _find(runs, name, rule.name, SETUPS[0].name)
+                ratios = [run.cost(p) / direct.cost(p) for p in PRICE_MODELS]
+                cells.append(" ".join(f"{r:.2f}" for r in ratios) + "x")
+            print(f"{rule.name:<10}{setup.name:<19}" + "".join(f"{c:<22}" for c in cells))
+    print(f"\nDirect cost in dollars ({prices}):")
+    for rule in RULES:
+        cells = [
+            " ".join(
+                f"{_find(runs, n, rule.name, SETUPS[0].name).cost(p):.2f}" for p in PRICE_MODELS
+            )
+            for n in names
+        ]
+        print(f"{rule.name:<29}" + "".join(f"{c:<22}" for c in cells))
+
+    print(
+        f"\nPer run (window {window:,}; hit rate = cached / all prompt tokens, summarizer "
+        "calls included; usage = what the client read equals what was billed):"
+    )
+    print(
+        f"{'transcript':<18}{'rule':<10}{'setup':<19}{'turns':>6}{'summ.':>6}"
+        f"{'summ. cost':>12}{'hit rate':>9}{'largest':>9}{'>window':>8}{'usage':>7}"
+        f"{'secs':>6}  X-Compaction"
+    )
+    for run in runs:
+        shares = [run.cost(p, run.summaries) / run.cost(p) for p in PRICE_MODELS]
+        share = f"{min(shares):.1%}-{max(shares):.1%}" if run.summaries else "-"
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(run.seen.outcomes.items()))
+        print(
+            f"{run.transcript:<18}{run.rule:<10}{run.setup:<19}{len(run.turns):>6}"
+            f"{len(run.summaries):>6}{share:>12}{run.hit_rate:>9.1%}{run.largest:>9,}"
+            f"{'yes' if run.largest > window else 'no':>8}"
+            f"{'ok' if run.usage_relayed else 'DIFF':>7}{run.seconds:>6.0f}  {outcomes}"
+        )
+    unclocked = sum(1 for run in runs for line in run.turns if not line.clocked)
+    if unclocked:
+        print(f"warning: {unclocked} turns reached the provider without X-Bench-Clock")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a quarter of the length and window")
+    args = parser.parse_args(argv)
+    scale = 0.25 if args.quick else 1.0
+    window = int(WINDOW * scale)
+    started = time.perf_counter()
+    runs = bench(scale, window)
+    report(runs, window)
+    print(f"\n{len(runs)} runs in {time.perf_counter() - started:.0f} s")
+    return 0 if all(run.usage_relayed for run in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

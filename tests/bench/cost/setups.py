@@ -1,0 +1,136 @@
+"""The ways a transcript is sent: straight to the provider, or through a proxy under a policy.
+
+A setup with a ``policy`` starts its own proxy for the run (real uvicorn on a free port, options
+as ``serve`` uses, memory store) from a config written for the run: the bench's provider as
+upstream (both APIs), its models with a 200k window, its summarizer model, and the policy's
+YAML. Add a setup to ``SETUPS`` to measure another one (a ``native`` one, say).
+
+The simulated clock: the provider takes each request's time from ``X-Bench-Clock``; the proxy
+still reads the real clock. ``make_app`` receives the bench's ``SimClock`` for the day the proxy
+takes one (issue 19's idle-aware decisions): pass it to ``create_app`` there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from proxy.app import create_app
+from proxy.config import Settings, parse_settings
+from proxy.server import uvicorn_options
+from tests.bench.cost.replay import Target
+from tests.servers import ThreadedUvicorn
+from tests.settle import settle
+
+REPO = Path(__file__).resolve().parents[3]
+CODING_AGENT_YAML = REPO / "config" / "examples" / "coding-agent.yaml"
+SETTLE_SECONDS = 120.0  # an ahead summary of a 150k-token prompt, on a busy machine
+
+
+class SimClock:
+    """The transcript's time, in seconds since it began: set by the bench before each turn."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True)
+class BenchModels:
+    """What a proxy config must know about the bench's provider."""
+
+    url: str
+    models: tuple[str, ...]
+    summarizer: str
+    window: int
+
+
+def default_app(settings: Settings, clock: SimClock) -> Any:
+    return create_app(settings)
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    # The proxy config's policies and overrides (YAML as a dict) for the bench's models;
+    # None: the turns go straight to the provider.
+    policy: Callable[[BenchModels], dict[str, Any]] | None = None
+    make_app: Callable[[Settings, SimClock], Any] = default_app
+
+
+def _base(bench: BenchModels) -> dict[str, Any]:
+    return {
+        "server": {"access_log": False, "log_level": "warning"},
+        "upstream": {"base_url": f"{bench.url}/v1", "anthropic_base_url": bench.url},
+        "store": {"url": "memory://", "tenant_secret": "bench-cost-tenant-secret-0123456789"},
+        "summarizer": {"model": bench.summarizer, "timeout_seconds": SETTLE_SECONDS},
+        "models": {
+            m: {"context_window": bench.window, "encoding": "o200k_base"}
+            for m in (*bench.models, bench.summarizer)
+        },
+    }
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = _merged(base[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def default_policy(bench: BenchModels) -> dict[str, Any]:
+    return {}
+
+
+def coding_agent_recipe(bench: BenchModels) -> dict[str, Any]:
+    """config/examples/coding-agent.yaml as shipped, its summarizer the bench's."""
+    recipe = yaml.safe_load(CODING_AGENT_YAML.read_text(encoding="utf-8"))
+    recipe["summarizer"] = {**recipe.get("summarizer", {}), "model": bench.summarizer}
+    return recipe
+
+
+SETUPS = (
+    Setup("direct"),
+    Setup("default", default_policy),
+    Setup("coding-agent.yaml", coding_agent_recipe),
+)
+
+
+def config_text(setup: Setup, bench: BenchModels) -> str:
+    assert setup.policy is not None
+    return yaml.safe_dump(_merged(_base(bench), setup.policy(bench)), sort_keys=False)
+
+
+@contextlib.contextmanager
+def target(
+    setup: Setup, bench: BenchModels, *, route: str, conversation: str, clock: SimClock
+) -> Iterator[Target]:
+    """Where a run sends its turns: the provider itself, or a proxy started for this run."""
+
+    def at(seconds: float) -> None:
+        clock.now = seconds
+
+    if setup.policy is None:
+        yield Target(bench.url, {}, settle=lambda answered: None, at=at)
+        return
+    settings = parse_settings(config_text(setup, bench), source=f"<{setup.name}>", environ={})
+    app = setup.make_app(settings, clock)
+    with ThreadedUvicorn(app, **uvicorn_options(settings)) as server:
+
+        def settled(answered: int) -> None:
+            # The ahead-of-time summary a response queued is made before the next turn, as it
+            # would be in the 20 s - 3 min between real turns: the figures do not depend on
+            # this machine's speed.
+            settle(server.url, route=route, answered=answered, timeout=SETTLE_SECONDS)
+
+        yield Target(server.url, {"X-Conversation-Id": conversation}, settle=settled, at=at)
