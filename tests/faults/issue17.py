@@ -371,7 +371,7 @@ def sdk_method(dialect: Dialect, oai: openai.AsyncOpenAI, ant: anthropic.AsyncAn
 
 
 async def gzip_overflow_case(stage: Stage) -> None:
-    """Every SDK sends ``Accept-Encoding: gzip``; the provider gzips its JSON answers and refuses
+    """Every SDK sends ``Accept-Encoding: gzip``; the provider gzips its answers and refuses
     prompts of more than 8 messages. Under the ``rescue`` policy nothing compacts but the rescue."""
     await stage.providers.control(gzip=True, max_messages=8)
     before = await stage.providers.stats("openai"), await stage.providers.stats("anthropic")
