@@ -5,6 +5,10 @@ the admin sends it in ``X-Caller-Authorization`` (as the caller would send Autho
 with ``admin.cross_tenant: true`` may ``X-Tenant`` name a tenant directly, so an admin token alone
 cannot read other tenants' content unless the config says so.
 
+A conversation id may hold ``/``; in an admin path it is sent percent-encoded (``%2F``), and the
+routes match the path as sent (``EncodedIds``), so ``x%2Fcheckpoints%2Fzz`` names that
+conversation rather than checkpoint ``zz`` of ``x``.
+
 The preview (a dry run) and the forced compaction are admin code built on the ``Compactor``'s
 public primitives, not entry points of the request path (docs/architecture.md).
 """
@@ -13,10 +17,12 @@ from __future__ import annotations
 
 import hmac
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Route, Router
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy import wirejson
 from proxy.admin_state import AdminJSON, state_routes
@@ -35,6 +41,28 @@ if TYPE_CHECKING:
 
 CALLER_HEADER = "x-caller-authorization"
 TENANT_HEADER = "x-tenant"
+
+
+class EncodedIds:
+    """Routes the admin API on the path as the client sent it, escapes undecoded.
+
+    uvicorn decodes ``%2F`` into ``scope["path"]``, where it is one more separator: an id with
+    ``/`` sent encoded would be split like an unencoded one, and ``x/checkpoints/zz`` could never be
+    read (issue 17). Matched on the raw path, an escape stays inside its path parameter, which the
+    handler decodes. An unencoded ``/`` still separates, so older scripts' paths route as before.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if scope["type"] == "http" and raw:
+            sent = raw.decode("latin-1")
+            # Only when it is the same path (no root_path or rewrite in between).
+            if unquote(sent) == scope["path"]:
+                scope = {**scope, "path": sent}
+        await self.app(scope, receive, send)
 
 
 def _error(error: ProxyError) -> Response:
@@ -94,6 +122,11 @@ async def compact_now(
     return compactor.plan(conv, made, force=True), made
 
 
+def admin_app(settings: Settings, store: Store, compactor: Compactor) -> ASGIApp:
+    """The admin API to mount at /admin: its routes matched on the raw path."""
+    return EncodedIds(Router(admin_routes(settings, store, compactor)))
+
+
 def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list[BaseRoute]:
     token = settings.admin.token
 
@@ -141,7 +174,8 @@ def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list
         return run
 
     def conversation_id(request: Request) -> str:
-        return validate_conversation_id(request.path_params["conversation_id"])
+        # Matched on the raw path (EncodedIds): decoded here. Checkpoint ids are hex, never escaped.
+        return validate_conversation_id(unquote(request.path_params["conversation_id"]))
 
     async def show(request: Request, tenant: str) -> Response:
         record = await store.inspect(tenant, conversation_id(request))

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from proxy.abort import quiet_uvicorn
-from proxy.admin import admin_routes
+from proxy.admin import admin_app
 from proxy.background import BackgroundQueue
 from proxy.calibration import Calibration
 from proxy.compaction import Compactor
@@ -196,7 +196,7 @@ def create_app(
         Route("/v1/messages", PassThrough(resources, MESSAGES)),
         Route("/v1/messages/{path:path}", PassThrough(resources, MESSAGES)),
         Route("/v1/{path:path}", PassThrough(resources)),
-        Mount("/admin", routes=admin_routes(settings, store, compactor)),
+        Mount("/admin", app=admin_app(settings, store, compactor)),
     ]
     return Starlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_served}

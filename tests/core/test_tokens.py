@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 import tiktoken
@@ -127,8 +126,17 @@ def test_tools_schemas_are_estimated(counter: TokenCounter) -> None:
     assert 30 <= counter.count_tools(tools, "gpt-4o") <= 70
 
 
-def test_second_count_of_a_long_history_is_much_faster(tiktoken_files: object) -> None:
-    counter = TokenCounter()
+def test_second_count_of_a_long_history_tokenizes_nothing_again() -> None:
+    """A new request repeating a long history costs no tokenizer work (the speed-up itself, >= 20x,
+    is measured by ``make bench``, bench_core; a timed assertion here would be flaky on busy CI)."""
+    encoded: list[str] = []
+
+    class Words:  # an encoding that records what it was asked to tokenize
+        def encode_ordinary(self, text: str) -> list[str]:
+            encoded.append(text)
+            return text.split()
+
+    counter = TokenCounter(load_encoding=lambda name: Words())
     history = [
         {
             "role": "user" if i % 2 else "assistant",
@@ -136,14 +144,15 @@ def test_second_count_of_a_long_history_is_much_faster(tiktoken_files: object) -
         }
         for i in range(300)
     ]
-    started = time.perf_counter()
     first = counter.count_messages(history, "gpt-4o")
-    cold = time.perf_counter() - started
+    assert len(encoded) >= 300
+    encoded.clear()
     copy = [dict(m) for m in history]  # new objects, same content: a new request
-    started = time.perf_counter()
     assert counter.count_messages(copy, "gpt-4o") == first
-    warm = time.perf_counter() - started
-    assert warm * 5 < cold  # the benchmark shows >= 20x; 5x keeps this robust on busy CI
+    assert encoded == []
+    edited = [*copy[:-1], {**copy[-1], "content": "changed"}]
+    assert counter.count_messages(edited, "gpt-4o") < first
+    assert encoded == [copy[-1]["role"], "changed"]  # only the edited message is tokenized
 
 
 def test_cache_is_bounded_and_keyed_by_content(tiktoken_files: object) -> None:

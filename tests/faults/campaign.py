@@ -13,12 +13,15 @@ Three ``compaction-proxy serve`` replicas share one private redis-server and a m
 4. slowloris: slow connections held open against one replica, a normal client's latency
    measured before and during;
 5. max rate, then a soak at half of it for ``SOAK_SECONDS`` (default 600), reporting the
-   replicas' RSS growth from /proc/PID/status.
+   replicas' RSS growth from /proc/PID/status;
+6. issue 17's cases on every dialect, against a replica and two providers of their own
+   (tests/faults/issue17.py).
 
 It prints a table of every figure and exits 1 when a check fails. Everything it starts is stopped
 by pid at the end. Knobs (environment): SOAK_SECONDS, CAMPAIGN_TURNS (16), SLOW_CONNECTIONS (200),
 MAXRATE_SECONDS (20), CAMPAIGN_PHASES (a comma-separated subset of replicas, kill, hostile,
-slowloris, soak). docs/faults.md has the figures of the last run.
+slowloris, soak, issue17), and issue17's own (ISSUE17_CASES, HUGE_MB, EXPECT_FLOOD,
+EXPECT_BODY_MIB). docs/faults.md has the figures of the last run.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import openai
 from tests.bench.processes import Server
 from tests.conftest import REPO_ROOT, offline_folder
 from tests.faults.corpus import hostile_corpus, openai_error
+from tests.faults.issue17 import issue17_phase
 from tests.faults.replicas import ADMIN_TOKEN, Replica, proxy_config
 from tests.redis_server import RedisServer, redis_available
 from tests.servers import free_port, wait_for_port
@@ -87,6 +91,7 @@ class Rig:
     """The private redis-server, the provider process and the replicas; stopped by pid."""
 
     def __init__(self, workdir: Path, replicas: int = 3) -> None:
+        self.workdir = workdir
         self.redis = RedisServer().start()
         self.replicas: list[Replica] = []
         port = free_port()
@@ -539,7 +544,7 @@ async def soak_phase(rig: Rig, report: Report, seconds: float, rate_seconds: flo
     report.add("max-rate warm-up: replica RSS before->after", warmup, None)
 
 
-PHASES = ("replicas", "kill", "hostile", "slowloris", "soak")
+PHASES = ("replicas", "kill", "hostile", "slowloris", "soak", "issue17")
 
 
 async def campaign(rig: Rig, report: Report, phases: set[str]) -> None:
@@ -560,6 +565,9 @@ async def campaign(rig: Rig, report: Report, phases: set[str]) -> None:
         soak = env_int("SOAK_SECONDS", 600)
         print(f"== max rate, then soak {soak}s", flush=True)
         await soak_phase(rig, report, soak, rate_seconds=env_int("MAXRATE_SECONDS", 20))
+    if "issue17" in phases:
+        print("== issue 17 cases", flush=True)
+        await issue17_phase(rig.workdir, rig.redis.url, report)
 
 
 def main() -> int:

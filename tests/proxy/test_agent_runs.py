@@ -154,7 +154,9 @@ def test_one_task_with_many_tool_rounds_is_compacted(
     if mode == "inline":
         assert max(provider.prompt_tokens) <= 3000
     assert max(provider.prompt_tokens) < 3000 + 1200
-    assert int(seen[-1]["x-compaction-tokens-before"]) > 15_000  # what the client holds
+    # What the client holds: many times the trigger (17.2k by tiktoken; 14.3k by the approximate
+    # count a machine without tiktoken's files makes), while no prompt went over it.
+    assert int(seen[-1]["x-compaction-tokens-before"]) > 4 * 3000
     # the summarizer saw the task, and later summaries extend the earlier ones
     first = json.dumps(provider.summary_requests()[0]["messages"])
     assert "fix the failing tests" in first

@@ -5,8 +5,6 @@ proxy accepts and forwards (asserted on what the provider received)."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -180,7 +178,7 @@ def test_every_method_and_path_answers_json(
     assert_openai_error(response, status)
 
 
-# --- item 4: big legal input does not hold other clients up ---------------------------------------
+# --- item 4: big legal input (other clients' latency meanwhile: the fault campaign) ---------------
 
 
 def test_more_messages_than_server_max_messages_is_a_413(
@@ -197,44 +195,18 @@ def test_more_messages_than_server_max_messages_is_a_413(
     assert len(mock.chat_requests()) == 1
 
 
-def test_a_huge_request_does_not_stall_other_clients(
+def test_a_huge_request_is_forwarded_whole_and_sized(
     trim_proxy: ThreadedUvicorn, mock: MockUpstream
 ) -> None:
-    """While one client's multi-megabyte message is counted (about a second of tokenizer work),
-    other clients' small requests are answered as fast as they were before it started."""
+    """A multi-megabyte message is parsed, planned and encoded off the event loop: the provider
+    gets it whole, with its length. That other clients are not held up meanwhile is a latency
+    figure, measured by the fault campaign (``make soak``, docs/faults.md), not timed here."""
     words = " ".join(f"word{i % 9973}" for i in range(700_000))  # ~6 MB, ~1.4M tokens
     huge = json.dumps({"model": "gpt-4o", "messages": history(words)}).encode()
-    small = json.dumps({"model": "gpt-4o", "messages": history()}).encode()
-
-    def small_request() -> float:
-        started = time.perf_counter()
-        assert post(trim_proxy, small, {}).status_code == 200
-        return time.perf_counter() - started
-
-    baseline = max(small_request() for _ in range(5))
-    done: list[float] = []
-
-    def send_huge() -> None:
-        started = time.perf_counter()
-        assert post(trim_proxy, huge, CONVERSATION).status_code == 200
-        done.append(time.perf_counter() - started)
-
-    sender = threading.Thread(target=send_huge)
-    sender.start()
-    during: list[float] = []
-    while sender.is_alive() and len(during) < 200:
-        during.append(small_request())
-        time.sleep(0.02)
-    sender.join(timeout=60)
-    assert done, "the huge request did not finish"
-    huge_seconds = done[0]
+    assert post(trim_proxy, huge, CONVERSATION).status_code == 200
     received = max(mock.chat_requests(), key=lambda r: len(r.body))  # compacted, whole, sized
     assert json.loads(received.body)["messages"][-1]["content"] == words
     assert received.headers["content-length"] == str(len(received.body))
     assert "content-type" not in received.headers or received.headers["content-type"] == (
         "application/json"
     )
-    assert len(during) >= 3, f"too few small requests fit in {huge_seconds:.2f}s"
-    # A loop blocked for the huge request's whole processing would make one of these wait
-    # about as long as the huge request itself.
-    assert max(during) < max(huge_seconds / 3, 10 * baseline), (during, huge_seconds, baseline)

@@ -377,8 +377,11 @@ def test_keep_nothing_sends_only_the_task_and_its_newest_round(
     server = start_proxy(settings_for(mock.url, text))
     client = client_for(server)
     history = [SYSTEM]
+    # Turns long enough that a summary is smaller than what it replaces by any count, exact
+    # (tiktoken) or approximate (no tiktoken files): a summary that is not is not applied.
+    detail = " Keep the module tidy, typed and documented." * 8
     for turn in range(8):
-        take_turn(client, history, f"Step {turn}" + (" TOOL" if turn % 2 else ""))
+        take_turn(client, history, f"Step {turn}{detail}" + (" TOOL" if turn % 2 else ""))
     checked = 0
     requests = [r.json() for r in mock.chat_requests()]
     for made, sent in itertools.pairwise(requests):
@@ -413,3 +416,66 @@ def test_a_pin_is_not_enforced_while_the_store_cannot_answer(
     assert response.status_code == 200, response.text
     assert response.headers["x-compaction-checkpoint"] != pinned
     assert httpx.get(f"{server.url}/readyz").json()["store"]["state"] == "degraded"
+
+
+# --- ids with a slash (issue 17) ----------------------------------------------------------------
+
+
+def raw_admin(server: ThreadedUvicorn, method: str, path: str, body: bytes = b"") -> httpx.Response:
+    """The admin API as curl calls it: the path goes on the wire byte for byte (``%2F`` stays)."""
+    with httpx.Client(base_url=server.url) as http:
+        request = http.build_request(
+            method,
+            "/",
+            content=body,
+            headers={
+                "authorization": f"Bearer {ADMIN}",
+                "x-caller-authorization": f"Bearer {KEY}",
+                "content-type": "application/json",
+            },
+        )
+        request.url = request.url.copy_with(raw_path=f"/admin{path}".encode())
+        return http.send(request)
+
+
+def test_an_id_with_slashes_is_reachable_percent_encoded(
+    mock, provider: Provider, start_proxy
+) -> None:
+    """``x/checkpoints/zz`` routed to checkpoint ``zz`` of ``x`` (a 404), so that conversation
+    could never be read, corrected or forgotten; ``%2F`` in an admin path is now part of the id.
+    An unencoded ``/`` keeps working where no admin route claims it (ids of older scripts)."""
+    server = start_proxy(settings_for(mock.url, config("memory://")))
+    odd, run = "x/checkpoints/zz", "user/123/run/4"
+    for conversation in (odd, run):
+        turns(server, conversation, [SYSTEM], 8)
+    encoded = "x%2Fcheckpoints%2Fzz"
+
+    shown = raw_admin(server, "GET", f"/conversations/{encoded}")
+    assert shown.status_code == 200, shown.text
+    checkpoint = shown.json()["checkpoints"][0]
+    assert shown.json()["conversation_id"] == odd
+    one = raw_admin(server, "GET", f"/conversations/{encoded}/checkpoints/{checkpoint['id']}")
+    assert one.status_code == 200 and one.json()["id"] == checkpoint["id"], one.text
+    put = raw_admin(
+        server,
+        "PUT",
+        f"/conversations/{encoded}/summary",
+        json.dumps({"summary": "FIXED"}).encode(),
+    )
+    assert put.status_code == 200, put.text
+    restored = raw_admin(
+        server, "POST", f"/conversations/{encoded}/checkpoints/{checkpoint['id']}/restore"
+    )
+    assert restored.status_code == 200 and restored.json()["current"] == checkpoint["id"]
+    listed = {c["conversation_id"] for c in admin_get(server, "/conversations").json()["data"]}
+    assert listed == {odd, run}
+
+    # Lower-case escapes and other escaped characters of the allowed set read the same id.
+    assert raw_admin(server, "GET", "/conversations/user%2f123%2Frun%2F4").status_code == 200
+    assert raw_admin(server, "GET", "/conversations/user/123/run/4").status_code == 200  # as before
+    assert raw_admin(server, "GET", "/conversations/x").status_code == 404  # no such conversation
+
+    forget = raw_admin(server, "DELETE", f"/conversations/{encoded}")
+    assert forget.json() == {"deleted": True}
+    assert raw_admin(server, "GET", f"/conversations/{encoded}").status_code == 404
+    assert raw_admin(server, "GET", "/conversations/user%2F123%2Frun%2F4").status_code == 200
