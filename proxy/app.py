@@ -14,27 +14,28 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from proxy.abort import quiet_uvicorn
-from proxy.admin import admin_app
-from proxy.background import BackgroundQueue
-from proxy.calibration import Calibration
-from proxy.compaction import Compactor
-from proxy.config import Settings, load_settings
+from proxy.compaction.background import BackgroundQueue
+from proxy.compaction.calibration import Calibration
+from proxy.compaction.compactor import Compactor
+from proxy.compaction.decision import Rewriter
+from proxy.compaction.summarizer import SummarizerFactory, summarizer_factory
+from proxy.compaction.windows import ModelWindows, startup_warnings
+from proxy.config.settings import Settings, load_settings
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
 from proxy.dialects.responses import RESPONSES
-from proxy.endpoints import CompactedRoute, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
-from proxy.export import Exporter, export_events, open_sinks
-from proxy.hooks import Hooks
-from proxy.metrics import Metrics, counter_family, gauge_family, model_families
-from proxy.recorder import Recorder
-from proxy.request import Rewriter
-from proxy.store import Store, open_store
-from proxy.summarizer import SummarizerFactory, summarizer_factory
+from proxy.ops.admin.routes import admin_app
+from proxy.ops.export.exporter import Exporter, export_events, open_sinks
+from proxy.ops.hooks import Hooks
+from proxy.ops.metrics import Metrics, counter_family, gauge_family, model_families
+from proxy.ops.recorder import Recorder
+from proxy.proxying.routes import CompactedRoute, PassThrough, Resources
+from proxy.server.abort import quiet_uvicorn
+from proxy.state.conversations import Store
+from proxy.state.opening import open_store
 from proxy.upstream import UpstreamClient, open_upstream
-from proxy.windows import ModelWindows, startup_warnings
 
 logger = logging.getLogger("proxy")
 

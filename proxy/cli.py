@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from proxy import simulate
-from proxy.config import CONFIG_PATH_ENV, Settings, load_settings, masked_dump
+from proxy.compaction.windows import startup_warnings, table_lines
+from proxy.config.settings import CONFIG_PATH_ENV, Settings, load_settings, masked_dump
 from proxy.errors import ConfigError
-from proxy.evaluation import command as evaluation
-from proxy.store import check_store_settings
-from proxy.windows import startup_warnings, table_lines
+from proxy.state.opening import check_store_settings
+from proxy.tools import simulate
+from proxy.tools.evaluation import command as evaluation
 
 
 def logging_config(level: str, *, access_log: bool = True) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def load_checked(path: str | None) -> Settings:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.server import raise_open_files_limit, uvicorn_options
+    from proxy.server.run import raise_open_files_limit, uvicorn_options
 
     settings = load_checked(args.config)
     server = settings.server

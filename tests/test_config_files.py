@@ -11,9 +11,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from proxy.config import Settings, parse_settings
+from proxy.config.settings import Settings, parse_settings
 from proxy.core.policy import PolicySettings
-from proxy.sealing import parse_key
+from proxy.state.sealing import parse_key
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 FILES = sorted(CONFIG_DIR.rglob("*.yaml")) + sorted(CONFIG_DIR.rglob("*.yml"))

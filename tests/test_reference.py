@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proxy.reference import REGENERATE, render
+from proxy.config.reference import REGENERATE, render
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 

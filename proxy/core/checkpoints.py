@@ -7,7 +7,7 @@ summary of turns it does not have, and a fork that shares the prefix reuses it
 (docs/architecture.md, "State: checkpoints, safe against forks").
 
 A conversation's *record* holds its newest checkpoints first, bounded in number, plus the owner
-fingerprint that the store checks on every read (see ``proxy.tenancy``). This module is pure: no
+fingerprint that the store checks on every read (see ``proxy.state.tenancy``). This module is pure: no
 I/O, no clock except ``Checkpoint.create``'s default.
 """
 

@@ -14,7 +14,7 @@ knows, bounded by entries and by characters.
 Within one request the same message objects are looked at several times (validation, the chain,
 the planner's counts): inside ``FactCache.request()`` they are remembered by identity, so only
 the first look computes a key. Nothing may change a message inside that scope; a request's parsed
-body is never changed (``proxy.request.ClientRequest``).
+body is never changed (``proxy.compaction.decision.ClientRequest``).
 """
 
 from __future__ import annotations

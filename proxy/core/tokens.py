@@ -183,7 +183,7 @@ class TokenCounter:
     def per_message(self, messages: Sequence[dict[str, Any]], model: str) -> list[int]:
         encoding = self.encoding_name(model)
         counts = []
-        # Big requests are counted in worker threads (proxy.compaction) while the event loop counts
+        # Big requests are counted in worker threads (proxy.compaction.compactor) while the event loop counts
         # others: losing a race on the cache only costs a recount (proxy.core.facts).
         for message, facts in zip(messages, self.facts.scan(messages), strict=True):
             tokens = facts.tokens.get(encoding)

@@ -22,13 +22,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.config import Settings
+from proxy.config.settings import Settings
 from proxy.core.checkpoints import DIALECT_FIELD
 from proxy.core.planner import Plan
 from proxy.errors import ProxyError
-from proxy.forward import upstream_url
-from proxy.headers import request_headers_upstream
-from proxy.tenancy import Credentials, credential_headers
+from proxy.proxying.headers import request_headers_upstream
+from proxy.proxying.relay import upstream_url
+from proxy.state.tenancy import Credentials, credential_headers
 from proxy.upstream.base import RawHeaders
 
 WIRE = "_wire"

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 import aiohttp
 from multidict import CIMultiDict
 
-from proxy.config import UpstreamSettings
+from proxy.config.settings import UpstreamSettings
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.base import Body, RawHeaders
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from proxy.config import UpstreamSettings
+from proxy.config.settings import UpstreamSettings
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.base import Body, RawHeaders
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 from proxy import wirejson
-from proxy.config import parse_settings
+from proxy.config.settings import parse_settings
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.tokens import TokenCounter
 from tests.bench import wire
@@ -205,14 +205,14 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
 
     import orjson
 
-    from proxy.background import BackgroundQueue
-    from proxy.compaction import Compactor
+    from proxy.compaction.background import BackgroundQueue
+    from proxy.compaction.compactor import Compactor
+    from proxy.compaction.decision import ClientRequest
     from proxy.core.checkpoints import Checkpoint
     from proxy.dialects.chat_completions import CHAT
-    from proxy.metrics import Metrics
-    from proxy.request import ClientRequest
-    from proxy.store import open_store
-    from proxy.tenancy import credential_from_headers
+    from proxy.ops.metrics import Metrics
+    from proxy.state.opening import open_store
+    from proxy.state.tenancy import credential_from_headers
 
     settings = parse_settings(CONFIG.format(port=0, mock=0, model=MODEL, admin=ADMIN), environ={})
     store = open_store(settings.store)
@@ -277,7 +277,7 @@ def measure(
                 direct.exchange(to_mock)
             a: list[float] = []
             b: list[float] = []
-            cpu = proxy.server.cpu_seconds()
+            cpu = proxy.server.run.cpu_seconds()
             for _ in range(rounds):
                 reply = direct.exchange(to_mock)
                 assert reply.status == 200, reply.status
@@ -285,7 +285,7 @@ def measure(
                 reply = via.exchange(to_proxy)
                 assert reply.status == 200, reply.status
                 b.append(reply.elapsed)
-            cpu_ms = (proxy.server.cpu_seconds() - cpu) * 1000 / rounds
+            cpu_ms = (proxy.server.run.cpu_seconds() - cpu) * 1000 / rounds
             added = median_ms([y - x for x, y in zip(a, b, strict=True)])
             results[name] = (median_ms(a), median_ms(b), added, cpu_ms)
     return results
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         mock = start_mock(tmp, hang_seconds=1)
         proxy = start_proxy(tmp, mock.port, args.source.resolve())
-        stops: list[Callable[[], None]] = [mock.server.stop, proxy.server.stop]
+        stops: list[Callable[[], None]] = [mock.server.stop, proxy.server.run.stop]
         try:
             wait_ready(mock, KEY)
             wait_ready(proxy, KEY)

@@ -15,12 +15,12 @@ FORBIDDEN = (
     "aiohttp",
     "redis",
     "yaml",
-    "proxy.config",
-    "proxy.store",
+    "proxy.config.settings",
+    "proxy.state.opening",
     "proxy.upstream",
     "proxy.app",
-    "proxy.endpoints",
-    "proxy.compaction",
+    "proxy.proxying.routes",
+    "proxy.compaction.compactor",
     "proxy.dialects",
 )
 

@@ -145,7 +145,7 @@ def test_the_least_recently_used_go_first() -> None:
 
 
 def test_worker_threads_sharing_a_small_cache_get_every_count_right(tiktoken_files: object) -> None:
-    """Bodies over proxy.compaction.OFFLOAD_BYTES are counted in worker threads while the event
+    """Bodies over proxy.compaction.compactor.OFFLOAD_BYTES are counted in worker threads while the event
     loop counts others: a race may cost a recount, never a wrong count."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -13,11 +13,11 @@ import respx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.config import SummarizerSettings
+from proxy.compaction.summarizer import OpenAISummarizer, identifiers, keep_identifiers
+from proxy.config.settings import SummarizerSettings
 from proxy.core.summary_message import TAG_PATTERN, render_summary_message
 from proxy.core.tokens import TokenCounter
 from proxy.errors import SummarizerError
-from proxy.summarizer import OpenAISummarizer, identifiers, keep_identifiers
 from tests.core.conftest import assistant, tool, user
 
 BASE = "https://summarizer.test/v1"

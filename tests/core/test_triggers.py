@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from proxy.config import parse_settings
+from proxy.config.settings import parse_settings
 from proxy.core.planner import plan
 from proxy.core.policy import ModelInfo, PolicySettings, TriggerSettings
 from proxy.core.tokens import TokenCounter

@@ -10,17 +10,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.calibration import (
+from proxy.compaction.calibration import (
     Calibration,
     ResponseTail,
     calibrated_policy,
     effective_window,
     prompt_tokens,
 )
-from proxy.config import CalibrationSettings, Settings, parse_settings
-from proxy.core.policy import PolicySettings
-from proxy.overflow import BufferedResponse
-from proxy.windows import (
+from proxy.compaction.windows import (
     ModelWindows,
     entry_window,
     find_entry,
@@ -28,6 +25,9 @@ from proxy.windows import (
     startup_warnings,
     window_from_error,
 )
+from proxy.config.settings import CalibrationSettings, Settings, parse_settings
+from proxy.core.policy import PolicySettings
+from proxy.proxying.overflow import BufferedResponse
 
 # --- /models entries, as each server writes them ---------------------------------------------
 

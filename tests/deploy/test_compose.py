@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proxy.config import parse_settings
+from proxy.config.settings import parse_settings
 from tests.conftest import REPO_ROOT
 from tests.deploy.conftest import DEPLOY, load_yaml
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from proxy import wirejson
-from proxy.config import parse_settings
+from proxy.config.settings import parse_settings
 from proxy.core.checkpoints import chain_hash
 from proxy.core.planner import Plan
 from proxy.core.policy import (

@@ -27,7 +27,7 @@ import openai
 import pytest
 
 from proxy.app import create_app
-from proxy.config import parse_settings
+from proxy.config.settings import parse_settings
 from tests.e2e_real.llama import (
     MODEL_ALIAS,
     N_CTX,

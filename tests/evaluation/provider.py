@@ -14,7 +14,7 @@ import re
 import threading
 from typing import Any
 
-from proxy.evaluation.scoring import normalise
+from proxy.tools.evaluation.scoring import normalise
 from tests.mock_upstream import MockUpstream, Received, Reply, completion, default_reply, json_reply
 
 SUMMARIZER = "mock-summarizer"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.evaluation.scoring import matches, parse_judgement
+from proxy.tools.evaluation.scoring import matches, parse_judgement
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from proxy.core.messages import validate_messages
 from proxy.core.tokens import TokenCounter
-from proxy.evaluation.probes import CATEGORIES, identifier_probes
-from proxy.evaluation.synthetic import builtin_transcripts, coding_agent
-from proxy.evaluation.transcripts import read_jsonl
-from proxy.evaluation.truncation import truncate
+from proxy.tools.evaluation.probes import CATEGORIES, identifier_probes
+from proxy.tools.evaluation.synthetic import builtin_transcripts, coding_agent
+from proxy.tools.evaluation.transcripts import read_jsonl
+from proxy.tools.evaluation.truncation import truncate
 
 
 def test_builtin_transcripts_plant_every_category_and_are_seeded() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.cli import main
-from proxy.evaluation.probes import identifier_probes
+from proxy.tools.evaluation.probes import identifier_probes
 from tests.evaluation.provider import ANSWERER, JUDGE, EvalProvider
 from tests.evaluation.test_eval_command import run_eval, write_config
 from tests.mock_upstream import MockUpstream

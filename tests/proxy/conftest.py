@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from proxy.app import create_app
-from proxy.config import Settings, parse_settings
-from proxy.server import uvicorn_options
+from proxy.config.settings import Settings, parse_settings
+from proxy.server.run import uvicorn_options
 from tests.mock_upstream import MockUpstream
 from tests.servers import ThreadedUvicorn
 

@@ -10,8 +10,8 @@ import asyncio
 import json
 from typing import Any
 
-from proxy.export import SummaryEvent
-from proxy.hooks import OutgoingRequest
+from proxy.ops.export.exporter import SummaryEvent
+from proxy.ops.hooks import OutgoingRequest
 
 
 class _Recording:

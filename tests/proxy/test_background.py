@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from proxy.background import BackgroundQueue
+from proxy.compaction.background import BackgroundQueue
 
 pytestmark = pytest.mark.anyio
 

@@ -1,7 +1,7 @@
 """Limits and denial of service (issue 9): bounds on what one client can make the proxy hold.
 
 Every proxy here is started the way ``compaction-proxy serve`` starts it (the same uvicorn
-options and protocol, ``proxy.server.uvicorn_options``); clients are raw sockets where the point
+options and protocol, ``proxy.server.run.uvicorn_options``); clients are raw sockets where the point
 is a misbehaving client, so the tests see exactly what went over the wire.
 """
 
@@ -55,7 +55,7 @@ def wait_until(condition, *, timeout: float = 5.0) -> bool:
     return condition()
 
 
-# --- slow and greedy clients: bounds set at the server (proxy/limits.py) ---------------------
+# --- slow and greedy clients: bounds set at the server (proxy/server/guard.py) ---------------------
 
 FAST = "server: {header_timeout_seconds: 1, body_idle_timeout_seconds: 1}"
 PROTOCOLS = ["httptools", "h11"]
@@ -499,8 +499,8 @@ def test_max_connections_is_kept_within_the_open_files_limit(
     room for the provider and store pools (64 + 256 + 64 with the defaults)."""
     import resource
 
-    from proxy.config import parse_settings
-    from proxy.server import connection_budget
+    from proxy.config.settings import parse_settings
+    from proxy.server.run import connection_budget
 
     settings = parse_settings("", environ={})
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1000, 1000))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from proxy.metrics import Metrics
+from proxy.ops.metrics import Metrics
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SYSTEM, Provider, take_turn
 from tests.proxy.test_compaction_e2e import client_for, config

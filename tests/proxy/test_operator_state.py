@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from proxy.store import conversations
+from proxy.state import conversations
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SYSTEM, Provider, check_sent, take_turn
 from tests.proxy.test_compaction_e2e import (  # noqa: F401

@@ -409,7 +409,7 @@ def test_openai_client_sees_provider_unreachable_as_502(start_proxy) -> None:
 
 @pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
 def test_provider_timeout_is_504(mock: MockUpstream, start_proxy, transport: str) -> None:
-    from proxy.config import Timeouts
+    from proxy.config.settings import Timeouts
 
     server = start_proxy(settings_for(mock.url, transport=transport, timeouts=Timeouts(read=0.3)))
     mock.push(Reply(delay=1.0, chunks=[b"{}"]))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import openai
 
-from proxy.evaluation.transcripts import read_jsonl
+from proxy.tools.evaluation.transcripts import read_jsonl
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
 from tests.sdk_clients import closed_after_test

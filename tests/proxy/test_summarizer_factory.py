@@ -6,9 +6,9 @@ import httpx
 import pytest
 import respx
 
-from proxy.config import parse_settings
+from proxy.compaction.summarizer import summarizer_factory
+from proxy.config.settings import parse_settings
 from proxy.core.tokens import TokenCounter
-from proxy.summarizer import summarizer_factory
 
 BASE = "http://provider.test/v1"
 

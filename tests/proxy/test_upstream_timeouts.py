@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.config import UpstreamSettings
+from proxy.config.settings import UpstreamSettings
 from proxy.errors import UpstreamTimeout
 from proxy.upstream import open_upstream
 

@@ -15,13 +15,14 @@ from pydantic import SecretStr
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from proxy.config import StoreSettings
-from proxy.sealing import Sealer
-from proxy.store import Store, open_store
-from proxy.store.base import Backend
-from proxy.store.memory import MemoryBackend
-from proxy.store.redis import RedisBackend
-from proxy.tenancy import Tenancy
+from proxy.config.settings import StoreSettings
+from proxy.state.conversations import Store
+from proxy.state.opening import open_store
+from proxy.state.sealing import Sealer
+from proxy.state.store.base import Backend
+from proxy.state.store.memory import MemoryBackend
+from proxy.state.store.redis import RedisBackend
+from proxy.state.tenancy import Tenancy
 from tests.redis_server import RedisServer, own_redis_server
 
 TENANT_SECRET = "test-secret-0123456789abcdef"

@@ -10,10 +10,10 @@ import pytest
 
 from proxy.core.checkpoints import Checkpoint
 from proxy.errors import StoreError
-from proxy.store import Store
-from proxy.store.breaker import CircuitBreaker
-from proxy.store.memory import MemoryBackend
-from proxy.tenancy import Tenancy
+from proxy.state.conversations import Store
+from proxy.state.store.breaker import CircuitBreaker
+from proxy.state.store.memory import MemoryBackend
+from proxy.state.tenancy import Tenancy
 from tests.store.conftest import settings_for
 
 MESSAGES = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]

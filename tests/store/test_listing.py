@@ -7,7 +7,7 @@ import pytest
 from proxy.core import history
 from proxy.core.checkpoints import find_deepest
 from proxy.errors import PayloadTooLarge
-from proxy.store import conversations
+from proxy.state import conversations
 from tests.store.conftest import StoreFactory
 from tests.store.test_store import checkpoint, conversation
 

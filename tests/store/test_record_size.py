@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.core.checkpoints import Checkpoint
-from proxy.store import Store
+from proxy.state.conversations import Store
 from tests.store.conftest import StoreFactory
 
 pytestmark = pytest.mark.anyio

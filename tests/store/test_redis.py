@@ -17,8 +17,9 @@ from redis.asyncio.connection import AbstractConnection
 
 from proxy.core.checkpoints import Checkpoint
 from proxy.errors import ConfigError
-from proxy.store import conversations, open_store
-from proxy.store.redis import (
+from proxy.state import conversations
+from proxy.state.opening import open_store
+from proxy.state.store.redis import (
     ClusterTarget,
     RedisBackend,
     SentinelTarget,

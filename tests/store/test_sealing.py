@@ -8,7 +8,7 @@ import pytest
 from pydantic import SecretStr
 
 from proxy.errors import ConfigError
-from proxy.sealing import MAGIC, Sealer, SealError, parse_key
+from proxy.state.sealing import MAGIC, Sealer, SealError, parse_key
 
 KEY_1 = ("k1", b"1" * 32)
 KEY_2 = ("k2", b"2" * 16)

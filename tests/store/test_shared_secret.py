@@ -6,9 +6,9 @@ import pytest
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from proxy.config import StoreSettings
-from proxy.store import open_store
-from proxy.tenancy import SECRET_KEY
+from proxy.config.settings import StoreSettings
+from proxy.state.opening import open_store
+from proxy.state.tenancy import SECRET_KEY
 from tests.redis_server import RedisServer
 from tests.store.conftest import StoreFactory
 from tests.store.test_store import KEY_A, KEY_B, checkpoint, conversation

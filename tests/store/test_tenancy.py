@@ -7,9 +7,9 @@ import logging
 import pytest
 from pydantic import SecretStr
 
-from proxy.config import ConversationSettings, StoreSettings
+from proxy.config.settings import ConversationSettings, StoreSettings
 from proxy.errors import InvalidRequest
-from proxy.tenancy import (
+from proxy.state.tenancy import (
     Tenancy,
     credential_from_headers,
     resolve_conversation_id,

@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from proxy.app import create_app
-from proxy.config import Settings, parse_settings
-from proxy.server import uvicorn_options
+from proxy.config.settings import Settings, parse_settings
+from proxy.server.run import uvicorn_options
 from tests.bench.cost.replay import Target
 from tests.servers import ThreadedUvicorn
 from tests.settle import settle

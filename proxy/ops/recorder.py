@@ -1,0 +1,53 @@
+"""Opt-in recording of chat requests, as transcripts for ``compaction-proxy eval``.
+
+Off by default (``record.path: null``): with it set, every chat completion request body, as the
+client sent it (its full history, message content included), is appended to a JSONL file with
+the conversation id in a ``conversation`` field. That file holds what users typed and what tools
+returned: it is written only because the operator asked, and should be treated like the
+conversations themselves. Each line is one ``os.write`` on a file opened for appending, so
+workers sharing the file do not interleave lines. A failure to write is logged and the request
+goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from proxy import wirejson
+from proxy.compaction.decision import ClientRequest
+from proxy.config.settings import Settings
+from proxy.errors import ProxyError
+
+logger = logging.getLogger("proxy.recorder")
+
+
+class Recorder:
+    def __init__(self, path: str, *, conversation_header: str) -> None:
+        self.path = path
+        self._header = conversation_header.lower().encode()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Recorder | None:
+        path = settings.record.path
+        return cls(path, conversation_header=settings.conversation.header) if path else None
+
+    def write(self, request: ClientRequest) -> None:
+        try:
+            body = request.body
+        except ProxyError:
+            return  # not a chat request anyone could replay; the request path answers it
+        conversation = next(
+            (v.decode("latin-1") for k, v in request.headers if k.lower() == self._header), None
+        )
+        if conversation is not None:
+            body = {**body, "conversation": conversation}
+        line = wirejson.encode(body) + b"\n"
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            logger.warning("could not record a request to %s: %s", self.path, exc.strerror)
