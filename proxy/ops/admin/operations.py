@@ -36,7 +36,8 @@ from proxy.core.summary_message import (
 from proxy.core.text import lone_surrogate
 from proxy.core.tokens import TokenCounter
 from proxy.errors import InvalidRequest, NotFound, PayloadTooLarge
-from proxy.state.conversations import ConversationInfo, Store
+from proxy.state.conversations import Store
+from proxy.state.listing import ConversationInfo
 
 Handler = Callable[[Request, str], Awaitable[Response]]
 DEFAULT_PAGE = 100

@@ -34,7 +34,12 @@ from proxy.core.policy import PolicySettings
 from proxy.errors import InvalidRequest, NotFound, ProxyError, StoreError, Unauthorized
 from proxy.ops.admin.operations import AdminJSON, state_routes
 from proxy.state.conversations import Store
-from proxy.state.tenancy import Credentials, credential_from_headers, validate_conversation_id
+from proxy.state.tenancy import (
+    Credentials,
+    Tenancy,
+    credential_from_headers,
+    validate_conversation_id,
+)
 
 if TYPE_CHECKING:
     from proxy.compaction.compactor import Compactor
@@ -122,12 +127,16 @@ async def compact_now(
     return compactor.plan(conv, made, force=True), made
 
 
-def admin_app(settings: Settings, store: Store, compactor: Compactor) -> ASGIApp:
+def admin_app(
+    settings: Settings, store: Store, compactor: Compactor, *, tenancy: Tenancy
+) -> ASGIApp:
     """The admin API to mount at /admin: its routes matched on the raw path."""
-    return EncodedIds(Router(admin_routes(settings, store, compactor)))
+    return EncodedIds(Router(admin_routes(settings, store, compactor, tenancy=tenancy)))
 
 
-def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list[BaseRoute]:
+def admin_routes(
+    settings: Settings, store: Store, compactor: Compactor, *, tenancy: Tenancy
+) -> list[BaseRoute]:
     token = settings.admin.token
 
     def authorize(request: Request) -> str:
@@ -149,7 +158,7 @@ def admin_routes(settings: Settings, store: Store, compactor: Compactor) -> list
         headers = dict(request.headers)
         if caller is not None:
             headers["authorization"] = caller
-        return store.tenancy.tenant(credential_from_headers(headers, settings.conversation))
+        return tenancy.tenant(credential_from_headers(headers, settings.conversation))
 
     async def body_of(request: Request) -> dict[str, Any]:
         body = wirejson.parse(await request.body())
