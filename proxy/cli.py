@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.compaction.windows import startup_warnings, table_lines
-from proxy.config.settings import CONFIG_PATH_ENV, Settings, load_settings, masked_dump
+from proxy.config.dump import masked_dump
+from proxy.config.settings import CONFIG_PATH_ENV, Settings, load_settings
 from proxy.errors import ConfigError
 from proxy.state.opening import check_store_settings
 from proxy.tools import simulate

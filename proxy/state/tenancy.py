@@ -31,9 +31,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from proxy.config.settings import ConversationSettings, StoreSettings
 from proxy.core.checkpoints import chain_hash
 from proxy.errors import InvalidRequest
+from proxy.state.settings import ConversationSettings, StoreSettings
 
 log = logging.getLogger("proxy.tenancy")
 

@@ -24,7 +24,7 @@ import redis
 import redis.asyncio
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.config.settings import ExportSettings, JsonlExport, RedisStreamExport
+from proxy.config.ops import ExportSettings, JsonlExport, RedisStreamExport
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.plan_view import describe_checkpoint
 from proxy.errors import ExportError

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from proxy.config.settings import WebhookExport
+from proxy.config.ops import WebhookExport
 from proxy.errors import ExportError
 
 if TYPE_CHECKING:
