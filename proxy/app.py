@@ -200,7 +200,20 @@ def create_app(
         Route("/v1/messages", PassThrough(resources, MESSAGES)),
         Route("/v1/messages/{path:path}", PassThrough(resources, MESSAGES)),
         Route("/v1/{path:path}", PassThrough(resources)),
-        Mount("/admin", app=admin_app(settings, store, compactor, tenancy=tenancy)),
+        Mount(
+            "/admin",
+            app=admin_app(
+                settings.admin,
+                store=store,
+                compactor=compactor,
+                tenancy=tenancy,
+                conversation=settings.conversation,
+                summarizer=settings.summarizer,
+                max_checkpoints=settings.store.max_checkpoints,
+                counter=counter,
+                dialect=CHAT,
+            ),
+        ),
     ]
     return Starlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_served}

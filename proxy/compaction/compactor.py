@@ -349,16 +349,18 @@ class Compactor:
         policy_name: str,
         policy: PolicySettings,
         credentials: Credentials | None,
+        dialect: Dialect,
     ) -> Conversation:
-        """The conversation a posted chat body holds (messages validated); reads no state."""
+        """The conversation a posted body holds (messages validated); reads no state."""
         return self._conversation(
             tenant,
             conversation_id,
             body,
-            CHAT.conversation(body),
+            dialect.conversation(body),
             policy_name,
             policy,
             credentials=credentials,
+            dialect=dialect,
         )
 
     async def deepest_checkpoint(self, conv: Conversation) -> Checkpoint | None:
