@@ -35,6 +35,7 @@ from proxy.proxying.routes import CompactedRoute, PassThrough, Resources
 from proxy.server.abort import quiet_uvicorn
 from proxy.state.conversations import Store
 from proxy.state.opening import open_store
+from proxy.state.tenancy import Tenancy
 from proxy.upstream import UpstreamClient, open_upstream
 
 logger = logging.getLogger("proxy")
@@ -56,7 +57,8 @@ def create_app(
     metrics = Metrics()
     counter = counter or TokenCounter(settings.model_table())
     tokenizer: list[asyncio.Future[bool]] = []  # the start-up load, for /readyz
-    store = store or open_store(settings.store)
+    tenancy = store.tenancy if store is not None else Tenancy.from_settings(settings.store)
+    store = store or open_store(settings.store, tenancy=tenancy)
     summarizer_client = httpx.AsyncClient(
         timeout=settings.summarizer.timeout_seconds, trust_env=False, follow_redirects=False
     )
@@ -101,6 +103,7 @@ def create_app(
         windows=windows,
         calibration=calibration,
         hooks=hooks,
+        tenancy=tenancy,
     )
     resources = Resources(
         settings=settings,
@@ -197,7 +200,20 @@ def create_app(
         Route("/v1/messages", PassThrough(resources, MESSAGES)),
         Route("/v1/messages/{path:path}", PassThrough(resources, MESSAGES)),
         Route("/v1/{path:path}", PassThrough(resources)),
-        Mount("/admin", app=admin_app(settings, store, compactor)),
+        Mount(
+            "/admin",
+            app=admin_app(
+                settings.admin,
+                store=store,
+                compactor=compactor,
+                tenancy=tenancy,
+                conversation=settings.conversation,
+                summarizer=settings.summarizer,
+                max_checkpoints=settings.store.max_checkpoints,
+                counter=counter,
+                dialect=CHAT,
+            ),
+        ),
     ]
     return Starlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_served}
