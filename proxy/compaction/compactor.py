@@ -29,6 +29,7 @@ from proxy.compaction.summarizer import SummarizerFactory
 from proxy.compaction.windows import ModelWindows
 from proxy.config.settings import Settings
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
+from proxy.core.facts import FactLookup
 from proxy.core.interactions import strip_agent_summaries
 from proxy.core.planner import Plan, PriorSummary, SummaryRequest, plan
 from proxy.core.policy import ModelInfo, PolicySettings
@@ -96,6 +97,9 @@ class Conversation:
     heavy: bool = False  # big enough that CPU work runs off the event loop
     dialect: Dialect = CHAT  # parses the body, renders the plan back
     tools: object = None  # the tool schemas, counted as part of the prompt
+    # What is known of its messages: the request's view of the fact cache (closed once the
+    # request is answered: a later summary looks them up in the cache itself).
+    facts: FactLookup | None = None
 
 
 def compaction_headers(
@@ -172,10 +176,10 @@ class Compactor:
 
     async def rewrite(self, request: ClientRequest) -> Outgoing:
         # Each message's key is computed once per request; later looks find it by identity.
-        with self.counter.facts.request():
-            return await self._rewrite(request)
+        with self.counter.facts.request() as facts:
+            return await self._rewrite(request, facts)
 
-    async def _rewrite(self, request: ClientRequest) -> Outgoing:
+    async def _rewrite(self, request: ClientRequest, facts: FactLookup) -> Outgoing:
         headers = _header_map(request.headers)
         decided = self._decided_by_headers(headers)
         if decided is not None:
@@ -192,7 +196,7 @@ class Compactor:
         )
         if policy.strategy == "off":  # chosen by a route
             return self._untouched(request, policy_name)
-        neutral = await _work(heavy, self._neutral_of, request.dialect, body)
+        neutral = await _work(heavy, self._neutral_of, request.dialect, body, facts)
         if neutral is None:  # the provider holds this history (e.g. previous_response_id)
             return self._untouched(request, policy_name)
         messages = neutral.messages
@@ -219,6 +223,7 @@ class Compactor:
                 raw=request.raw,
                 heavy=heavy,
                 dialect=request.dialect,
+                facts=facts,
             ),
         )
         record = await self.store.load(tenant, conversation_id)
@@ -242,8 +247,10 @@ class Compactor:
         current = await self.hooks.before_send(conv, current)
         return await _work(heavy, self._outgoing, conv, current, messages, outcome, after)
 
-    def _neutral_of(self, dialect: Dialect, body: dict[str, Any]) -> Neutral | None:
-        neutral = dialect.conversation(body)
+    def _neutral_of(
+        self, dialect: Dialect, body: dict[str, Any], facts: FactLookup
+    ) -> Neutral | None:
+        neutral = dialect.conversation(body, facts=facts)
         if neutral is None:
             return None
         messages = neutral.messages
@@ -265,7 +272,7 @@ class Compactor:
         (``proxy.compaction.pinning``: applied even before a trigger fires, and read-only)."""
         ok = self.store.state().state == "ok"
         checkpoint = choose_checkpoint(
-            record, conv.messages, pinned, store_ok=ok, facts=self.counter.facts
+            record, conv.messages, pinned, store_ok=ok, facts=self._facts(conv)
         )
         if pinned is None or checkpoint is None or checkpoint.id != pinned:
             return self._plan(conv, checkpoint)
@@ -286,6 +293,7 @@ class Compactor:
         raw: bytes = b"",
         heavy: bool = False,
         dialect: Dialect = CHAT,
+        facts: FactLookup | None = None,
     ) -> Conversation:
         model = body.get("model") or ""
         return Conversation(
@@ -300,6 +308,7 @@ class Compactor:
             messages=strip_agent_summaries(
                 neutral.messages, final_prompt=policy.summarizer.final_prompt
             ),
+            facts=facts,
             body=body,
             raw=raw,
             heavy=heavy,
@@ -363,7 +372,7 @@ class Compactor:
         return find_deepest(
             await self.store.load(conv.tenant, conv.conversation_id),
             conv.messages,
-            facts=self.counter.facts,
+            facts=self._facts(conv),
         )
 
     def plan(
@@ -410,13 +419,16 @@ class Compactor:
             conv.messages,
             conv.policy,
             model=conv.model,
-            counter=self.counter,
+            counter=self.counter.with_facts(self._facts(conv)),
             model_info=conv.model_info,
             prior=prior,
             tools=conv.tools,
             force=force,
             budget_tokens=budget,
         )
+
+    def _facts(self, conv: Conversation) -> FactLookup:
+        return conv.facts if conv.facts is not None else self.counter.facts
 
     def _must_summarize_now(self, conv: Conversation, current: Plan) -> bool:
         """inline mode: whenever a trigger fires; ahead mode: only when the request as it stands
@@ -484,7 +496,7 @@ class Compactor:
                     find_deepest,
                     await self.store.load(conv.tenant, conv.conversation_id),
                     conv.messages,
-                    facts=self.counter.facts,
+                    facts=self._facts(conv),
                 ),
             )
             if existing is not None and existing.covered >= wanted.covered:
@@ -568,7 +580,7 @@ class Compactor:
             found = find_deepest(
                 await self.store.load(conv.tenant, conv.conversation_id),
                 conv.messages,
-                facts=self.counter.facts,
+                facts=self._facts(conv),
             )
             if found is not None and found.covered >= wanted.covered:
                 return found

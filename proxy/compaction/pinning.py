@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.core.checkpoints import Checkpoint, Message, Record, chain_hash, find_deepest
-from proxy.core.facts import FactCache
+from proxy.core.facts import FactLookup
 from proxy.errors import InvalidRequest
 
 CHECKPOINT_HEADER = "x-compaction-checkpoint"
@@ -37,7 +37,7 @@ def choose_checkpoint(
     pinned: str | None,
     *,
     store_ok: bool = True,
-    facts: FactCache | None = None,
+    facts: FactLookup | None = None,
 ) -> Checkpoint | None:
     """The checkpoint to apply: the pinned one, else the deepest matching one.
 

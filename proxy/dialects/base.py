@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.config.settings import Settings
-from proxy.core.checkpoints import DIALECT_FIELD
+from proxy.core.digests import DIALECT_FIELD
+from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.errors import ProxyError
 from proxy.proxying.headers import request_headers_upstream
@@ -53,8 +54,11 @@ class Dialect(Protocol):
         """The parsed body; InvalidRequest when no request of this dialect could be valid."""
         ...
 
-    def conversation(self, body: dict[str, Any]) -> Neutral | None:
-        """The conversation to compact; None when the body is not compactable as it is (the
+    def conversation(
+        self, body: dict[str, Any], *, facts: FactLookup | None = None
+    ) -> Neutral | None:
+        """The conversation to compact (``facts``: the request's message facts, for
+        validation); None when the body is not compactable as it is (the
         provider holds the history): forwarded unchanged, ``X-Compaction: off``."""
         ...
 

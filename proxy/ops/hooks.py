@@ -160,7 +160,7 @@ class Hooks:
             if edited is None or edited is _FAILED or edited == messages:
                 continue  # unchanged: an untouched request still goes out as the client's bytes
             try:
-                messages = validate_messages(edited)
+                messages = validate_messages(edited, facts=self._counter.facts)
             except InvalidRequest as exc:
                 self._failed(hook, "before_send", "invalid", exc.message)
         if messages is current.messages:
