@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from proxy.compaction.translation import Neutral
 from proxy.config.settings import Settings
 from proxy.core.digests import DIALECT_FIELD
 from proxy.core.facts import FactLookup
@@ -34,14 +34,6 @@ from proxy.upstream.base import RawHeaders
 
 WIRE = "_wire"
 HASHED = DIALECT_FIELD  # "_hash"
-
-
-@dataclass(frozen=True)
-class Neutral:
-    """A request's conversation in the core's model."""
-
-    messages: list[dict[str, Any]]
-    tools: object = None  # tool schemas, counted as part of the prompt
 
 
 class Dialect(Protocol):

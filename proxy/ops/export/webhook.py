@@ -18,15 +18,16 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from proxy.compaction import protocol
 from proxy.config.settings import WebhookExport
 from proxy.errors import ExportError
 
 if TYPE_CHECKING:
     from proxy.ops.export.exporter import SummaryEvent
 
-SIGNATURE_HEADER = "X-Compaction-Signature"
-DELIVERY_HEADER = "X-Compaction-Delivery"
-EVENT_HEADER = "X-Compaction-Event"
+SIGNATURE_HEADER = protocol.WEBHOOK_SIGNATURE
+DELIVERY_HEADER = protocol.WEBHOOK_DELIVERY
+EVENT_HEADER = protocol.WEBHOOK_EVENT
 
 
 def signature(secret: str, body: bytes) -> str:
