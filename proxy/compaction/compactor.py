@@ -26,9 +26,11 @@ from proxy.compaction.settings import CompactionSettings
 from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summaries import Summaries
 from proxy.compaction.summarizer import SummarizerFactory
+from proxy.compaction.translation import Neutral
 from proxy.compaction.upgrade import incoming_of, outgoing_of
 from proxy.compaction.windows import ModelWindows
 from proxy.core.checkpoints import Checkpoint
+from proxy.core.messages import validate_messages
 from proxy.core.planner import Plan, SummaryRequest
 from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
@@ -119,14 +121,11 @@ class Compactor:
         policy: PolicySettings,
         credentials: Credentials | None,
     ) -> Conversation:
-        """The conversation a posted chat body holds (messages validated); reads no state."""
-        return self._conversations.of_chat_body(
-            tenant,
-            conversation_id,
-            body,
-            policy_name=policy_name,
-            policy=policy,
-            credentials=credentials,
+        """The conversation a posted chat completions body holds (its messages validated, as
+        the chat dialect does); reads no state."""
+        neutral = Neutral(validate_messages(body["messages"]), body.get("tools"))
+        return self._conversations.build(
+            tenant, conversation_id, body, neutral, policy_name, policy, credentials=credentials
         )
 
     async def deepest_checkpoint(self, conv: Conversation) -> Checkpoint | None:

@@ -15,11 +15,10 @@ from proxy.compaction.model_info import ModelInfos
 from proxy.compaction.translation import Neutral, Translator
 from proxy.core.facts import FactCache, FactLookup
 from proxy.core.interactions import strip_agent_summaries
-from proxy.core.messages import validate_messages
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.state.tenancy import Credentials, Tenancy
 
-CHAT_ROUTE = "chat"  # the name of the dialect whose neutral messages are its own (the admin's)
+CHAT_ROUTE = "chat"  # the dialect of a conversation built without one (the admin API's)
 
 
 @dataclass(frozen=True)
@@ -98,21 +97,4 @@ class Conversations:
             dialect=dialect,
             tools=neutral.tools,
             facts=facts if facts is not None else self._facts,
-        )
-
-    def of_chat_body(
-        self,
-        tenant: str,
-        conversation_id: str,
-        body: dict[str, Any],
-        *,
-        policy_name: str,
-        policy: PolicySettings,
-        credentials: Credentials | None,
-    ) -> Conversation:
-        """The conversation a posted chat completions body holds (its messages validated, as
-        the chat dialect does); reads no state. The admin API's preview and forced compaction."""
-        neutral = Neutral(validate_messages(body["messages"]), body.get("tools"))
-        return self.build(
-            tenant, conversation_id, body, neutral, policy_name, policy, credentials=credentials
         )
