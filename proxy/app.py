@@ -18,6 +18,7 @@ from proxy.compaction.background import BackgroundQueue
 from proxy.compaction.calibration import Calibration
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.decision import Rewriter
+from proxy.compaction.settings import CompactionSettings
 from proxy.compaction.summarizer import SummarizerFactory, summarizer_factory
 from proxy.compaction.windows import ModelWindows, startup_warnings
 from proxy.config.settings import Settings, load_settings
@@ -26,6 +27,7 @@ from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
 from proxy.dialects.responses import RESPONSES
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
+from proxy.events import Listeners
 from proxy.ops.admin.routes import admin_app
 from proxy.ops.export.exporter import Exporter, export_events, open_sinks
 from proxy.ops.hooks import Hooks
@@ -55,6 +57,8 @@ def create_app(
     """The proxy as an ASGI app. The keyword arguments replace a real part (tests); by default
     each is built from ``settings``, per process."""
     metrics = Metrics()
+    listeners = Listeners()  # what compaction tells operator features (metrics, hooks, export)
+    metrics.subscribe(listeners)
     counter = counter or TokenCounter(settings.model_table())
     tokenizer: list[asyncio.Future[bool]] = []  # the start-up load, for /readyz
     tenancy = store.tenancy if store is not None else Tenancy.from_settings(settings.store)
@@ -67,15 +71,12 @@ def create_app(
         concurrency=settings.summarizer.background_concurrency,
     )
     windows = ModelWindows(
-        settings,
+        settings.models,
+        settings.upstream,
         client=lambda: resources.upstream,
-        on_discovery=lambda outcome: metrics.window_discoveries.labels(outcome).inc(),
-        on_learned=metrics.windows_learned.inc,
+        listeners=listeners,
     )
-    calibration = Calibration(
-        settings.calibration,
-        on_sample=lambda outcome: metrics.child(metrics.calibration_samples, outcome).inc(),
-    )
+    calibration = Calibration(settings.calibration, listeners=listeners)
     # Hooks and summary export (opt-in; docs/operations.md), their metrics on /metrics.
     hooks = Hooks.build(
         settings.hooks,
@@ -87,29 +88,37 @@ def create_app(
         counter=counter,
         registry=metrics.registry,
     )
+    hooks.subscribe(listeners)
     compactor = Compactor(
-        settings,
+        CompactionSettings.of(settings),
         store=store,
         counter=counter,
         summarizer_for=summarizer_for
         or summarizer_factory(
-            settings,
+            settings.summarizer,
+            settings.upstream,
+            settings.model_table(),
             summarizer_client,
             counter,
-            on_omitted=metrics.summarizer_omitted_tokens.inc,
+            listeners=listeners,
         ),
         background=background,
-        metrics=metrics,
         windows=windows,
         calibration=calibration,
-        hooks=hooks,
+        listeners=listeners,
+        review=hooks,
         tenancy=tenancy,
     )
+    recorder = Recorder.from_settings(
+        settings.record, conversation_header=settings.conversation.header
+    )
+    if recorder is not None:
+        recorder.subscribe(listeners)
     resources = Resources(
         settings=settings,
         rewriter=rewriter or compactor,
         metrics=metrics,
-        recorder=Recorder.from_settings(settings),
+        recorder=recorder,
     )
     metrics.background_depth.set_function(lambda: background.depth)
     metrics.watch(lambda: _store_metrics(store))

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
+from proxy.compaction.events import CalibrationSampled
 from proxy.config.settings import CalibrationSettings
 from proxy.core.policy import PolicySettings
+from proxy.events import Listeners
 from proxy.upstream.base import UpstreamResponse
 from proxy.upstream.content_coding import Decoder
 
@@ -34,6 +36,8 @@ MAX_MODELS = 1024
 # Chat completions report ``prompt_tokens``, the Responses API ``input_tokens`` (cached ones
 # included, as with prompt_tokens); ``input_tokens_details`` does not match (a quote follows).
 _PROMPT_TOKENS = re.compile(rb'"(?:prompt|input)_tokens"\s*:\s*(\d+)')
+_USED = CalibrationSampled("used")
+_IGNORED = CalibrationSampled("ignored")
 
 
 def prompt_tokens(tail: bytes) -> int | None:
@@ -84,11 +88,11 @@ class Calibration:
         self,
         settings: CalibrationSettings,
         *,
-        on_sample: Callable[[str], None] = lambda outcome: None,
+        listeners: Listeners | None = None,
     ) -> None:
         self.settings = settings
         self._factors: OrderedDict[str, tuple[float, int]] = OrderedDict()  # (factor, samples)
-        self._on_sample = on_sample
+        self._listeners = listeners or Listeners()
         # (id(policy), factor) -> (policy, its calibrated copy); policies live as long as the
         # settings, so their id is a cheap key (hashing a policy is not).
         self._policies: dict[tuple[int, float], tuple[PolicySettings, PolicySettings]] = {}
@@ -118,11 +122,11 @@ class Calibration:
         """Fold one response's usage into ``model``'s factor; False when it was not used."""
         s = self.settings
         if not s.enabled or reported is None or counted < MIN_TOKENS or not model:
-            self._on_sample("ignored")
+            self._listeners.emit(_IGNORED)
             return False
         sample = reported / counted
         if not s.min_factor / OUTLIER <= sample <= s.max_factor * OUTLIER:
-            self._on_sample("ignored")
+            self._listeners.emit(_IGNORED)
             return False
         factor, n = self._factors.get(model, (1.0, 0))
         weight = max(SMOOTHING, 1 / (n + 1))  # the mean of the first samples, then an EMA
@@ -131,7 +135,7 @@ class Calibration:
         self._factors.move_to_end(model)
         while len(self._factors) > MAX_MODELS:
             self._factors.popitem(last=False)
-        self._on_sample("used")
+        self._listeners.emit(_USED)
         return True
 
 

@@ -1,19 +1,72 @@
-"""A client's request as the proxy sees it, whatever its dialect, and the hook where compaction
-plugs in (docs/architecture.md, "The request path")."""
+"""The crossing between the route and compaction (issue 18): the route hands one ``Incoming`` to
+``Compactor.decide`` and gets one ``Decision``: the body to send, the headers to add to the
+answer, and a ``FollowUp`` with named steps for after the answer (docs/architecture.md, "The
+request path").
+
+``ClientRequest``, ``Outgoing`` and ``Rewriter`` are the crossing before it (three callbacks in a
+data object): ``Compactor.untouched`` / ``Compactor.rewrite`` still serve them, over ``decide``,
+until the route calls ``decide``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from proxy.compaction.translation import Translator
 from proxy.state.tenancy import Credentials
-from proxy.types import HeaderView
-from proxy.upstream.base import RawHeaders
+from proxy.types import HeaderView, RawHeaders
 
-if TYPE_CHECKING:
-    from proxy.dialects.base import Dialect
+# --- The crossing: the route calls ``decide`` once ---------------------------------------------
+
+
+class BodySource(Protocol):
+    """The client's request body, read whole on first ``read()`` (limits enforced by the reader);
+    later calls return the same bytes. Compaction reads it only when it needs the body."""
+
+    async def read(self) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One request to a compacted route, as the route hands it to compaction."""
+
+    headers: HeaderView
+    body: BodySource
+    dialect: Translator  # translation only: parse, neutral conversation, render
+    credentials: Credentials  # the caller's, valid for the provider this request goes to
+    streamable: bool  # its body may go out unread (declared length within the limit)
+
+
+class FollowUp(Protocol):
+    """What compaction does with the provider's answer to a decision (an object with named
+    steps, not closures): the route's forwarder calls each at most once, except ``observe``
+    (once for an overflow answer, once more for the answer relayed)."""
+
+    def observe(self, status: int, headers: RawHeaders, tail: bytes) -> None:
+        """The provider's answer once it ended (or an overflow answer's error body), decoded."""
+
+    async def replacement(self) -> Decision | None:
+        """After a context-overflow answer: the decision to send instead (once), or None. The
+        replacement's own follow-up observes its answer; this one then passes its steps on."""
+
+    def answered(self) -> None:
+        """The answer (status < 400) was relayed: queue work due after it; must not block."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to send for one request, and what to do after the answer."""
+
+    body: bytes | None  # None: the client's body streams through unread
+    response_headers: RawHeaders = field(default_factory=list)  # added to the client's response
+    follow_up: FollowUp | None = None
+    streaming: bool = False  # the client asked for SSE (an overflow may show inside the stream)
+
+
+# --- The crossing before it (served over ``decide`` until the route calls it) ------------------
 
 
 @dataclass(frozen=True)
@@ -24,7 +77,8 @@ class ClientRequest:
 
     raw: bytes  # the body exactly as the client sent it
     headers: RawHeaders  # the client's request headers, as received
-    dialect: Dialect
+    dialect: Translator
+    credentials: Credentials = field(default_factory=dict)  # as ``Incoming.credentials``
 
     @cached_property
     def body(self) -> dict[str, Any]:
@@ -48,7 +102,8 @@ class Outgoing:
 
 
 class Rewriter(Protocol):
-    """The compaction hook: turns a client's request into what the provider receives."""
+    """The compaction hook before ``decide``: turns a client's request into what the provider
+    receives."""
 
     def untouched(self, headers: RawHeaders) -> RawHeaders | None:
         """When the request headers alone say the body goes out as it came: the headers to add
@@ -57,48 +112,3 @@ class Rewriter(Protocol):
         ...
 
     async def rewrite(self, request: ClientRequest) -> Outgoing: ...
-
-
-# --- The crossing of issue 18 (the route calls ``decide`` once; replaces Outgoing/Rewriter) ----
-
-
-class BodySource(Protocol):
-    """The client's request body, read whole on first ``read()`` (limits enforced by the reader);
-    later calls return the same bytes. Compaction reads it only when it needs the body."""
-
-    async def read(self) -> bytes: ...
-
-
-@dataclass(frozen=True)
-class Incoming:
-    """One request to a compacted route, as the route hands it to compaction."""
-
-    headers: HeaderView
-    body: BodySource
-    dialect: Dialect  # translation only: parse, neutral conversation, render, error shape
-    credentials: Credentials  # the caller's, valid for the provider this request goes to
-    streamable: bool  # its body may go out unread (declared length within the limit)
-
-
-class FollowUp(Protocol):
-    """What compaction does with the provider's answer to a decision (an object with named
-    steps, not closures): the route's forwarder calls each at most once."""
-
-    def observe(self, status: int, headers: RawHeaders, tail: bytes) -> None:
-        """The provider's answer once it ended (or an overflow answer's error body), decoded."""
-
-    async def replacement(self) -> Decision | None:
-        """After a context-overflow answer: the decision to send instead (once), or None."""
-
-    def answered(self) -> None:
-        """The answer (status < 400) was relayed: queue work due after it; must not block."""
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to send for one request, and what to do after the answer."""
-
-    body: bytes | None  # None: the client's body streams through unread
-    response_headers: RawHeaders = field(default_factory=list)  # added to the client's response
-    follow_up: FollowUp | None = None
-    streaming: bool = False  # the client asked for SSE (an overflow may show inside the stream)

@@ -18,17 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from proxy.compaction.protocol import CHECKPOINT_PARAM as _PARAM
 from proxy.core.checkpoints import Checkpoint, Message, Record, chain_hash, find_deepest
-from proxy.core.facts import FactCache
+from proxy.core.facts import FactLookup
 from proxy.errors import InvalidRequest
-
-CHECKPOINT_HEADER = "x-compaction-checkpoint"
-_PARAM = "X-Compaction-Checkpoint"
-
-
-def pinned_id(headers: dict[str, str]) -> str | None:
-    """The checkpoint id a request pins, or None (absent or empty)."""
-    return headers.get(CHECKPOINT_HEADER, "").strip() or None
 
 
 def choose_checkpoint(
@@ -37,9 +30,10 @@ def choose_checkpoint(
     pinned: str | None,
     *,
     store_ok: bool = True,
-    facts: FactCache | None = None,
+    facts: FactLookup | None = None,
 ) -> Checkpoint | None:
-    """The checkpoint to apply: the pinned one, else the deepest matching one.
+    """The checkpoint to apply: the pinned one (``protocol.pinned_checkpoint``), else the
+    deepest matching one.
 
     Raises InvalidRequest for a pin this conversation does not hold (while the store answers) or
     whose messages are not a prefix of this history. ``facts`` caches the chain's digests.

@@ -1,19 +1,32 @@
-"""Which policy a chat completion gets: X-Compaction-Policy, then routes, then ``default``."""
+"""Which policy a request gets: X-Compaction-Policy, then routes, then ``default``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
+from typing import Protocol
 
-from proxy.config.settings import Route, Settings
+from proxy.compaction import protocol
+from proxy.config.settings import Route
 from proxy.core.policy import PolicySettings
 from proxy.errors import InvalidRequest
-
-POLICY_HEADER = "x-compaction-policy"
-SWITCH_HEADER = "x-compaction"
+from proxy.types import HeaderView
 
 
-def _matches(route: Route, headers: Mapping[str, str], model: str, tenant: str) -> bool:
+class PolicyTable(Protocol):
+    """The configured policies and the routes to them (``Settings`` has both, and so has
+    ``proxy.compaction.settings.CompactionSettings``)."""
+
+    @property
+    def policies(self) -> Mapping[str, PolicySettings]: ...
+
+    @property
+    def routes(self) -> Sequence[Route]: ...
+
+
+def _matches(
+    route: Route, headers: Mapping[str, str] | HeaderView, model: str, tenant: str
+) -> bool:
     match = route.match
     if match.model is not None and not fnmatchcase(model, match.model):
         return False
@@ -23,23 +36,23 @@ def _matches(route: Route, headers: Mapping[str, str], model: str, tenant: str) 
 
 
 def choose_policy(
-    settings: Settings, headers: Mapping[str, str], *, model: str, tenant: str
+    table: PolicyTable, headers: Mapping[str, str] | HeaderView, *, model: str, tenant: str
 ) -> tuple[str, PolicySettings]:
-    """(name, policy) for a request; ``headers`` have lowercase names.
+    """(name, policy) for a request; ``headers``: a request's view, or lowercase names.
 
     An X-Compaction-Policy naming no configured policy is a 400, so a typo never silently falls
     back to another policy.
     """
-    asked = headers.get(POLICY_HEADER)
+    asked = headers.get(protocol.POLICY)
     if asked is not None:
-        if asked not in settings.policies:
+        if asked not in table.policies:
             raise InvalidRequest(
-                f"X-Compaction-Policy names no configured policy: {asked!r}",
-                param="X-Compaction-Policy",
+                f"{protocol.POLICY_PARAM} names no configured policy: {asked!r}",
+                param=protocol.POLICY_PARAM,
                 code="unknown_policy",
             )
-        return asked, settings.policies[asked]
-    for route in settings.routes:
+        return asked, table.policies[asked]
+    for route in table.routes:
         if _matches(route, headers, model, tenant):
-            return route.policy, settings.policies[route.policy]
-    return "default", settings.policies["default"]
+            return route.policy, table.policies[route.policy]
+    return "default", table.policies["default"]

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -31,12 +30,22 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+from proxy.compaction.events import WindowDiscovered, WindowLearned
+from proxy.compaction.window_sources import (
+    entry_window,
+    find_entry,
+    is_overflow_error,
+    needs_props,
+    positive,
+    window_from_error,
+)
 from proxy.config.families import FAMILIES, Family
-from proxy.config.settings import Settings
-from proxy.core.policy import PolicySettings
-from proxy.ops.metrics import ModelRow
-from proxy.proxying.overflow import is_overflow_error
-from proxy.upstream.base import RawHeaders, UpstreamClient
+from proxy.config.settings import Settings, UpstreamSettings
+from proxy.core.policy import ModelInfo, PolicySettings
+from proxy.events import Listeners
+from proxy.state.tenancy import Credentials
+from proxy.types import RawHeaders
+from proxy.upstream.base import UpstreamClient
 from proxy.upstream.content_coding import Decoder
 
 logger = logging.getLogger("proxy.windows")
@@ -50,31 +59,6 @@ RETRY_AFTER_SECONDS = 300.0  # a failed or silent /models is not asked again bef
 LISTING_REUSE_SECONDS = 60.0  # one listing answers every model named meanwhile
 MAX_DISCOVERIES_IN_FLIGHT = 4
 MAX_LISTING_BYTES = 8 << 20  # OpenRouter's listing of every model is a few MB
-MAX_ERROR_BYTES = 1 << 20
-# A window outside this range is a misread, not a model.
-MIN_WINDOW, MAX_WINDOW = 16, 100_000_000
-
-# Keys of a /models entry that state a window, as servers spell them.
-_ENTRY_KEYS = ("max_model_len", "context_length", "context_window", "max_context_length")
-_NESTED_KEYS = (
-    ("top_provider", "context_length"),  # OpenRouter: the provider requests are routed to
-    ("model_info", "max_input_tokens"),  # LiteLLM's /model/info
-    ("meta", "n_ctx"),  # llama.cpp forks that report the served context
-)
-
-# How providers say the window in an overflow answer; the first that matches wins.
-_ERROR_PATTERNS = tuple(
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        rb"maximum context length is (\d+)",  # OpenAI, vLLM, Groq, FastChat
-        rb"prompt is too long: \d+ tokens > (\d+) maximum",  # Anthropic
-        rb"available context size \((\d+) tokens\)",  # llama.cpp's message
-        rb'"n_ctx"\s*:\s*(\d+)',  # llama.cpp's exceed_context_size_error
-        rb"too large for model with (\d+) maximum context length",  # vLLM (older), Mistral
-        rb"maximum model length of (\d+)",  # vLLM: "longer than the maximum model length of N"
-        rb"context length of only (\d+)",  # LM Studio
-    )
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,56 +70,14 @@ class Window:
     source: str
 
 
-def _positive(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = int(value)
-    return number if MIN_WINDOW <= number <= MAX_WINDOW else None
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    """One model as /metrics shows it."""
 
-
-def entry_window(entry: Mapping[str, Any]) -> int | None:
-    """The window a /models entry states (the smallest, when it states several), else None."""
-    found = [_positive(entry.get(key)) for key in _ENTRY_KEYS]
-    for outer, inner in _NESTED_KEYS:
-        nested = entry.get(outer)
-        if isinstance(nested, Mapping):
-            found.append(_positive(nested.get(inner)))
-    if _needs_props(entry):
-        # llama.cpp states only the context the model was trained for; the server may run a
-        # smaller one (``-c``), which its /props tells (see ModelWindows._discover).
-        found.append(_positive(entry["meta"].get("n_ctx_train")))
-    windows = [w for w in found if w is not None]
-    return min(windows) if windows else None
-
-
-def find_entry(data: object, model: str) -> Mapping[str, Any] | None:
-    """The entry of a /models listing (any of its usual shapes) that describes ``model``."""
-    entries = data.get("data") if isinstance(data, Mapping) else data
-    if not isinstance(entries, list):
-        return None
-    for entry in entries:
-        if isinstance(entry, Mapping) and entry.get("id") == model:
-            return entry
-    # llama.cpp serves its one model under whatever name a request uses.
-    only = entries[0] if len(entries) == 1 else None
-    if isinstance(only, Mapping) and isinstance(only.get("meta"), Mapping):
-        return only
-    return None
-
-
-def _needs_props(entry: Mapping[str, Any]) -> bool:
-    meta = entry.get("meta")
-    return isinstance(meta, Mapping) and _positive(meta.get("n_ctx")) is None
-
-
-def window_from_error(body: bytes) -> int | None:
-    """The window an overflow answer states, if it states one."""
-    body = body[:MAX_ERROR_BYTES]
-    for pattern in _ERROR_PATTERNS:
-        match = pattern.search(body)
-        if match:
-            return _positive(int(match.group(1)))
-    return None
+    model: str
+    window: int | None
+    source: str
+    factor: float
 
 
 def relies_on_window(policy: PolicySettings) -> bool:
@@ -214,19 +156,18 @@ class ModelWindows:
 
     def __init__(
         self,
-        settings: Settings,
+        models: Mapping[str, ModelInfo],
+        upstream: UpstreamSettings,
         *,
         client: Callable[[], UpstreamClient | None] = lambda: None,
-        on_discovery: Callable[[str], None] = lambda outcome: None,
-        on_learned: Callable[[], None] = lambda: None,
+        listeners: Listeners | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._settings = settings
-        self._config = dict(settings.models)
+        self._upstream = upstream
+        self._config = dict(models)
         self._families = {f.glob: f for f in FAMILIES}
         self._client = client
-        self._on_discovery = on_discovery
-        self._on_learned = on_learned
+        self._listeners = listeners or Listeners()
         self._clock = clock
         self._static: dict[str, tuple[Window, bool]] = {}  # model -> (table window, discover?)
         self._learned: _Bounded = _Bounded()
@@ -294,13 +235,13 @@ class ModelWindows:
             return None
         if self._learned.get(model) != window:
             logger.info("model %r: window %d learned from an overflow answer", model, window)
-            self._on_learned()
+            self._listeners.emit(WindowLearned(model, window))
         self._learned.put(model, window)
         return window
 
     # --- discovery -----------------------------------------------------------------------------
 
-    def want(self, model: str, headers: Mapping[str, str], policy: PolicySettings) -> None:
+    def want(self, model: str, credentials: Credentials, policy: PolicySettings) -> None:
         """Called for each compacted request: start discovering ``model``'s window if that may
         help, and warn once when a window-only policy meets a model nobody knows."""
         if not model:
@@ -309,10 +250,10 @@ class ModelWindows:
             self._named[model] = None
         _, discover = self._table(model)
         now = self._clock()
-        if discover and self._settings.upstream.discover_windows and model not in self._learned:
+        if discover and self._upstream.discover_windows and model not in self._learned:
             known = self._discovered.get(model)
             if (known is None or now >= known.retry_at) and model not in self._tasks:
-                self._start(model, headers)
+                self._start(model, credentials)
         if (
             self.resolve(model).context_window is None
             and model not in self._tasks
@@ -325,27 +266,26 @@ class ModelWindows:
                 "context_fraction until an overflow answer tells the window (or set it under "
                 "models:)",
                 model,
-                " after asking the provider's /models"
-                if self._settings.upstream.discover_windows
-                else "",
+                " after asking the provider's /models" if self._upstream.discover_windows else "",
             )
 
-    def _start(self, model: str, headers: Mapping[str, str]) -> None:
+    def _start(self, model: str, credentials: Credentials) -> None:
         if len(self._tasks) >= MAX_DISCOVERIES_IN_FLIGHT or self._client() is None:
             return  # a later request will try again
-        task = asyncio.get_running_loop().create_task(self._discover(model, self._auth(headers)))
+        auth = self._auth(credentials)
+        task = asyncio.get_running_loop().create_task(self._discover(model, auth))
         self._tasks[model] = task
         task.add_done_callback(lambda _: self._tasks.pop(model, None))
 
-    def _auth(self, headers: Mapping[str, str]) -> RawHeaders:
+    def _auth(self, credentials: Credentials) -> RawHeaders:
         """The caller's credential as it is forwarded upstream (or the proxy's own key)."""
         out: RawHeaders = [(b"accept", b"application/json"), (b"accept-encoding", b"identity")]
-        key = self._settings.upstream.api_key
+        key = self._upstream.api_key
         if key is not None:
             return [*out, (b"authorization", b"Bearer " + key.get_secret_value().encode())]
         for name in ("authorization", "api-key"):
-            if name in headers:
-                out.append((name.encode(), headers[name].encode("latin-1")))
+            if name in credentials:
+                out.append((name.encode(), credentials[name].encode("latin-1")))
         return out
 
     async def _discover(self, model: str, headers: RawHeaders) -> None:
@@ -355,7 +295,7 @@ class ModelWindows:
                 data = await self._listing_for(headers)
                 entry = find_entry(data, model)
                 window = entry_window(entry) if entry is not None else None
-                if entry is not None and _needs_props(entry):
+                if entry is not None and needs_props(entry):
                     window = await self._llama_cpp_props(headers, window)
                 outcome = "ok" if window is not None else "missing"
         except Exception as exc:  # best effort: a failure only means no window from here
@@ -368,7 +308,7 @@ class ModelWindows:
         self._discovered.put(model, _Discovered(window, now + ttl))
         if outcome == "ok":
             logger.info("model %r: window %d discovered from the provider's /models", model, window)
-        self._on_discovery(outcome)
+        self._listeners.emit(WindowDiscovered(outcome))
 
     async def _listing_for(self, headers: RawHeaders) -> object:
         now = self._clock()
@@ -384,7 +324,7 @@ class ModelWindows:
         """llama.cpp's /props (at the server root) states the context each slot serves."""
         with contextlib.suppress(Exception):
             data = json.loads(await self._get("/props", headers, root=True))
-            served = _positive(data.get("default_generation_settings", {}).get("n_ctx"))
+            served = positive(data.get("default_generation_settings", {}).get("n_ctx"))
             if served is not None:
                 return min(served, window) if window is not None else served
         return window
@@ -393,7 +333,7 @@ class ModelWindows:
         client = self._client()
         if client is None:
             raise ConnectionError("the upstream client is closed")
-        base = self._settings.upstream.base_url.rstrip("/")
+        base = self._upstream.base_url.rstrip("/")
         if root:
             base = base.removesuffix("/v1")
         response = await client.send("GET", base + path, headers, None)

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy import wirejson
+from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.dialects.base import HASHED, WIRE, AnthropicWire, Neutral, wire_groups
 from proxy.errors import InvalidRequest
@@ -287,7 +288,7 @@ class AnthropicMessages(AnthropicWire):
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_messages_body(raw)
 
-    def conversation(self, body: dict[str, Any]) -> Neutral:
+    def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
         messages = _system_messages(body.get("system"))
         for message in body["messages"]:
             messages.extend(_neutral_messages(message))

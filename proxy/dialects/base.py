@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from proxy.compaction.translation import Neutral
 from proxy.config.settings import Settings
-from proxy.core.checkpoints import DIALECT_FIELD
+from proxy.core.digests import DIALECT_FIELD
+from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.errors import ProxyError
 from proxy.proxying.headers import request_headers_upstream
@@ -33,14 +34,6 @@ from proxy.upstream.base import RawHeaders
 
 WIRE = "_wire"
 HASHED = DIALECT_FIELD  # "_hash"
-
-
-@dataclass(frozen=True)
-class Neutral:
-    """A request's conversation in the core's model."""
-
-    messages: list[dict[str, Any]]
-    tools: object = None  # tool schemas, counted as part of the prompt
 
 
 class Dialect(Protocol):
@@ -53,8 +46,11 @@ class Dialect(Protocol):
         """The parsed body; InvalidRequest when no request of this dialect could be valid."""
         ...
 
-    def conversation(self, body: dict[str, Any]) -> Neutral | None:
-        """The conversation to compact; None when the body is not compactable as it is (the
+    def conversation(
+        self, body: dict[str, Any], *, facts: FactLookup | None = None
+    ) -> Neutral | None:
+        """The conversation to compact (``facts``: the request's message facts, for
+        validation); None when the body is not compactable as it is (the
         provider holds the history): forwarded unchanged, ``X-Compaction: off``."""
         ...
 

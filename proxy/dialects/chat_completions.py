@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy import wirejson
+from proxy.core.facts import FactLookup
 from proxy.core.messages import validate_messages
 from proxy.core.planner import Plan
 from proxy.dialects.base import Neutral, OpenAIWire
@@ -35,8 +36,8 @@ class ChatCompletions(OpenAIWire):
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_chat_body(raw)
 
-    def conversation(self, body: dict[str, Any]) -> Neutral:
-        return Neutral(validate_messages(body["messages"]), body.get("tools"))
+    def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
+        return Neutral(validate_messages(body["messages"], facts=facts), body.get("tools"))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         return {**body, "messages": plan.messages}

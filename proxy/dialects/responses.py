@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy import wirejson
+from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.dialects.base import HASHED, WIRE, Neutral, OpenAIWire, cleared_wires, wire_groups
 from proxy.errors import InvalidRequest
@@ -269,7 +270,9 @@ class Responses(OpenAIWire):
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_responses_body(raw)
 
-    def conversation(self, body: dict[str, Any]) -> Neutral | None:
+    def conversation(
+        self, body: dict[str, Any], *, facts: FactLookup | None = None
+    ) -> Neutral | None:
         items = body.get("input")
         if body.get("previous_response_id") is not None or body.get("conversation") is not None:
             return None  # the provider holds the history

@@ -29,20 +29,19 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from proxy.compaction.conversation import Conversation
+from proxy.compaction.events import SummaryStored
 from proxy.config.settings import HookSettings
-from proxy.core.checkpoints import Checkpoint
 from proxy.core.messages import validate_messages
 from proxy.core.planner import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError, InvalidRequest
+from proxy.events import Listeners
 from proxy.ops.export.exporter import Exporter, SummaryEvent
-
-if TYPE_CHECKING:
-    from proxy.compaction.compactor import Conversation
 
 logger = logging.getLogger("proxy.hooks")
 
@@ -100,7 +99,9 @@ def load_hook(spec: HookSettings) -> _Hook:
 
 
 class Hooks:
-    """The configured hooks and summary export, as the compactor calls them."""
+    """The configured hooks and summary export: ``before_send`` is the compactor's
+    ``proxy.compaction.review.PlanReview``; ``after_summary`` and the export hear each
+    ``SummaryStored`` (``subscribe``)."""
 
     def __init__(
         self,
@@ -150,7 +151,7 @@ class Hooks:
                 conversation_id=conv.conversation_id,
                 policy=conv.policy_name,
                 model=conv.model,
-                dialect=conv.dialect.name,
+                dialect=conv.route,
                 checkpoint=current.applied_checkpoint,
                 messages=copy.deepcopy(messages),  # a hook that fails leaves nothing behind
             )
@@ -160,7 +161,7 @@ class Hooks:
             if edited is None or edited is _FAILED or edited == messages:
                 continue  # unchanged: an untouched request still goes out as the client's bytes
             try:
-                messages = validate_messages(edited)
+                messages = validate_messages(edited, facts=self._counter.facts)
             except InvalidRequest as exc:
                 self._failed(hook, "before_send", "invalid", exc.message)
         if messages is current.messages:
@@ -170,11 +171,18 @@ class Hooks:
         new = sum(self._counter.per_message(messages, conv.model))
         return replace(current, messages=messages, tokens_after=current.tokens_after - old + new)
 
-    def summary_made(self, conv: Conversation, checkpoint: Checkpoint) -> None:
+    def subscribe(self, listeners: Listeners) -> None:
+        """Hear every summary stored (when a hook or the export wants them)."""
+        if self._after or (self._exporter is not None and self._exporter.enabled):
+            listeners.subscribe(SummaryStored, self.summary_stored)
+
+    def summary_stored(self, stored: SummaryStored) -> None:
         """A summary was stored: export it and tell the hooks, without waiting for either."""
         if not self._after and (self._exporter is None or not self._exporter.enabled):
             return
-        event = SummaryEvent(conv.tenant, conv.conversation_id, conv.policy_name, checkpoint)
+        event = SummaryEvent(
+            stored.tenant, stored.conversation_id, stored.policy, stored.checkpoint
+        )
         if self._exporter is not None:
             self._exporter.publish(event)
         for hook in self._after:

@@ -1,10 +1,12 @@
 """Prometheus metrics, one registry per app (not the process-global one, so several apps can
-live in one process, as in tests). With several uvicorn workers each worker has its own."""
+live in one process, as in tests). With several uvicorn workers each worker has its own.
+
+Compaction does not call them: it emits events (``proxy.compaction.events``) that
+``Metrics.subscribe`` counts."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -12,7 +14,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from proxy.compaction.events import (
+    AheadOfTimeDropped,
+    CalibrationSampled,
+    CompactionDecided,
+    OverflowRetry,
+    SummaryFailed,
+    SummaryMade,
+    SummaryOmitted,
+    WindowDiscovered,
+    WindowLearned,
+)
+from proxy.compaction.windows import ModelRow
 from proxy.core.text import well_formed
+from proxy.events import Listeners
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -138,22 +153,57 @@ class Metrics:
             found = self._children[key] = metric.labels(*values)
         return found
 
+    def subscribe(self, listeners: Listeners) -> None:
+        """Count what compaction tells."""
+        listeners.subscribe(CompactionDecided, self._compaction)
+        listeners.subscribe(SummaryMade, self._summary_made)
+        listeners.subscribe(SummaryFailed, self._summary_failed)
+        listeners.subscribe(SummaryOmitted, self._summary_omitted)
+        listeners.subscribe(OverflowRetry, self._overflow_retry)
+        listeners.subscribe(AheadOfTimeDropped, self._background_dropped)
+        listeners.subscribe(WindowDiscovered, self._window_discovered)
+        listeners.subscribe(WindowLearned, self._window_learned)
+        listeners.subscribe(CalibrationSampled, self._calibration_sampled)
+
+    def _compaction(self, event: CompactionDecided) -> None:
+        self.child(self.compactions, event.strategy, event.outcome).inc()
+        if event.tokens_before is not None and event.tokens_after is not None:
+            self.tokens_before.inc(event.tokens_before)
+            self.tokens_after.inc(event.tokens_after)
+
+    def _summary_made(self, event: SummaryMade) -> None:
+        self.summarizer_latency.observe(event.seconds)
+        self.summarizer_calls.labels("ok", event.mode).inc()
+        self.summarizer_tokens.labels("input").inc(event.input_tokens)
+        self.summarizer_tokens.labels("output").inc(event.output_tokens)
+
+    def _summary_failed(self, event: SummaryFailed) -> None:
+        self.summarizer_calls.labels(event.reason, event.mode).inc()
+
+    def _summary_omitted(self, event: SummaryOmitted) -> None:
+        self.summarizer_omitted_tokens.inc(event.tokens)
+
+    def _overflow_retry(self, event: OverflowRetry) -> None:
+        self.overflow_retries.labels(event.outcome).inc()
+
+    def _background_dropped(self, event: AheadOfTimeDropped) -> None:
+        self.background_dropped.inc()
+
+    def _window_discovered(self, event: WindowDiscovered) -> None:
+        self.window_discoveries.labels(event.outcome).inc()
+
+    def _window_learned(self, event: WindowLearned) -> None:
+        self.windows_learned.inc()
+
+    def _calibration_sampled(self, event: CalibrationSampled) -> None:
+        self.child(self.calibration_samples, event.outcome).inc()
+
     def watch(self, collect: Callable[[], Iterator]) -> None:
         """Add metrics read at scrape time (store counters and health)."""
         self.registry.register(_Callback(collect))
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
-
-
-@dataclass(frozen=True, slots=True)
-class ModelRow:
-    """One model as /metrics shows it."""
-
-    model: str
-    window: int | None
-    source: str
-    factor: float
 
 
 def model_families(rows: Iterable[ModelRow]) -> Iterator[GaugeMetricFamily]:

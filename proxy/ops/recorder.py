@@ -2,7 +2,8 @@
 
 Off by default (``record.path: null``): with it set, every chat completion request body, as the
 client sent it (its full history, message content included), is appended to a JSONL file with
-the conversation id in a ``conversation`` field. That file holds what users typed and what tools
+the conversation id in a ``conversation`` field. The recorder hears each request as a
+``proxy.events.RequestReceived`` (``subscribe``): the route is not asked to call it. That file holds what users typed and what tools
 returned: it is written only because the operator asked, and should be treated like the
 conversations themselves. Each line is one ``os.write`` on a file opened for appending, so
 workers sharing the file do not interleave lines. A failure to write is logged and the request
@@ -15,9 +16,10 @@ import logging
 import os
 
 from proxy import wirejson
-from proxy.compaction.decision import ClientRequest
-from proxy.config.settings import Settings
+from proxy.config.settings import RecordSettings
+from proxy.dialects.chat_completions import CHAT, parse_chat_body
 from proxy.errors import ProxyError
+from proxy.events import Listeners, RequestReceived
 
 logger = logging.getLogger("proxy.recorder")
 
@@ -28,17 +30,24 @@ class Recorder:
         self._header = conversation_header.lower().encode()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Recorder | None:
-        path = settings.record.path
-        return cls(path, conversation_header=settings.conversation.header) if path else None
+    def from_settings(cls, record: RecordSettings, *, conversation_header: str) -> Recorder | None:
+        path = record.path
+        return cls(path, conversation_header=conversation_header) if path else None
 
-    def write(self, request: ClientRequest) -> None:
+    def subscribe(self, listeners: Listeners) -> None:
+        listeners.subscribe(RequestReceived, self.record)
+
+    def record(self, request: RequestReceived) -> None:
+        """Append a chat completion request (other routes are not recorded)."""
+        if request.route != CHAT.name:
+            return
         try:
-            body = request.body
+            body = parse_chat_body(request.body)
         except ProxyError:
             return  # not a chat request anyone could replay; the request path answers it
         conversation = next(
-            (v.decode("latin-1") for k, v in request.headers if k.lower() == self._header), None
+            (v.decode("latin-1") for k, v in request.headers.raw if k.lower() == self._header),
+            None,
         )
         if conversation is not None:
             body = {**body, "conversation": conversation}

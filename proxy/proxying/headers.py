@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from proxy.compaction.protocol import PREFIX
 from proxy.upstream.base import RawHeaders
+
+_OURS = PREFIX.encode()  # X-Compaction*: the proxy's own headers
 
 HOP_BY_HOP = frozenset(
     {
@@ -56,7 +59,7 @@ def request_headers_upstream(
     out = [
         (name, value)
         for name, value in headers
-        if (lower := name.lower()) not in drop and not lower.startswith(b"x-compaction")
+        if (lower := name.lower()) not in drop and not lower.startswith(_OURS)
     ]
     if api_key is not None:
         out.append((b"authorization", b"Bearer " + api_key.encode("latin-1")))

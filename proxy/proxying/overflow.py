@@ -27,28 +27,19 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from proxy.compaction.window_sources import (
+    ERROR_PREFIX_BYTES,
+    is_overflow_error,
+    says_overflow,
+)
 from proxy.upstream.base import RawHeaders, UpstreamResponse
 from proxy.upstream.content_coding import Decoder
-
-_OVERFLOW = re.compile(
-    rb"context_length_exceeded|maximum context length|context (?:window|size|length)"
-    rb"|too many tokens|exceeds? the (?:available )?context|prompt is too long",
-    re.IGNORECASE,
-)
-# Overflow messages are a sentence near the start of a small JSON body; 50 slow clients with
-# unbounded reads of large error bodies held +587 MB (issue 9).
-ERROR_PREFIX_BYTES = 64 * 1024
-
 
 # The events a Responses stream opens with, before the model's first output or a failure.
 _OPENING = frozenset({b"response.created", b"response.in_progress", b"response.queued"})
 _FAILED = frozenset({b"response.failed", b"error"})
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _TYPE = re.compile(rb'"type"\s*:\s*"([^"]*)"')
-
-
-def is_overflow_error(status: int, body: bytes) -> bool:
-    return status in (400, 413, 422) and bool(_OVERFLOW.search(body[:ERROR_PREFIX_BYTES]))
 
 
 def _stream_verdict(prefix: bytes) -> bool | None:
@@ -86,7 +77,7 @@ def _failure_is_overflow(name: bytes, data: bytes) -> bool:
         text = f"{error.get('code')} {error.get('message')}"
     except (ValueError, TypeError, KeyError, AttributeError):
         return False
-    return bool(_OVERFLOW.search(text.encode()))
+    return says_overflow(text.encode())
 
 
 class BufferedResponse:

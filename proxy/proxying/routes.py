@@ -14,6 +14,7 @@ from proxy.config.settings import Settings
 from proxy.dialects.base import ANTHROPIC, AnthropicWire, Dialect, OpenAIWire, is_anthropic
 from proxy.dialects.chat_completions import CHAT
 from proxy.errors import PayloadTooLarge, ProxyError, UpstreamError
+from proxy.events import RequestReceived
 from proxy.ops.metrics import Metrics
 from proxy.ops.recorder import Recorder
 from proxy.proxying.overflow import look_for_overflow
@@ -30,6 +31,7 @@ from proxy.proxying.relay import (
 )
 from proxy.server.abort import cut_off, was_cut_off
 from proxy.server.access_log import log_request
+from proxy.types import HeaderView
 from proxy.upstream.base import RawHeaders, UpstreamClient, UpstreamResponse
 from proxy.upstream.content_coding import readable_accept_encoding
 
@@ -117,9 +119,15 @@ class CompactedRoute:
                 if kept is None:
                     raw = await read_body(receive, scope, limit)
                     exchange.bytes_in = len(raw)
-                    request = ClientRequest(raw=raw, headers=scope["headers"], dialect=dialect)
+                    view = HeaderView.of(scope["headers"])
+                    request = ClientRequest(
+                        raw=raw,
+                        headers=scope["headers"],
+                        dialect=dialect,
+                        credentials=dialect.caller_credentials(view.values, res.settings),
+                    )
                     if recorded:
-                        res.recorder.write(request)  # type: ignore[union-attr]
+                        res.recorder.record(RequestReceived(dialect.name, view, raw))  # type: ignore[union-attr]
                     async with NoticeDisconnect(receive) as watch:
                         outgoing = await res.rewriter.rewrite(request)
                     if watch.gone:  # nothing sent for a client that has left (issue 17)

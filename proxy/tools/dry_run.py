@@ -72,7 +72,8 @@ def dry_run(
     table = settings.model_table()
     counter = TokenCounter(table)
     info = lookup_model(model, table)
-    source = ModelWindows(settings).resolve(model).source  # offline: config or built-in
+    # offline: config or built-in
+    source = ModelWindows(settings.models, settings.upstream).resolve(model).source
     planned = plan(
         messages,
         policy,
@@ -95,7 +96,9 @@ async def summarize(settings: Settings, run: DryRun, *, authorization: str | Non
     # chunked summary may take several calls, which a user at a terminal can interrupt.
     async with httpx.AsyncClient(timeout=own.timeout_seconds, trust_env=False) as client:
         credentials = {"authorization": authorization} if authorization else None
-        summarizer = summarizer_factory(settings, client, run.counter)(credentials, own)
+        summarizer = summarizer_factory(
+            settings.summarizer, settings.upstream, settings.model_table(), client, run.counter
+        )(credentials, own)
         text = await summarizer.summarize(
             wanted.messages,
             previous=wanted.previous,

@@ -209,26 +209,35 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
     import orjson
 
     from proxy.compaction.background import BackgroundQueue
+    from proxy.compaction.calibration import Calibration
     from proxy.compaction.compactor import Compactor
-    from proxy.compaction.decision import ClientRequest
+    from proxy.compaction.decision import Incoming
+    from proxy.compaction.settings import CompactionSettings
+    from proxy.compaction.windows import ModelWindows
     from proxy.core.checkpoints import Checkpoint
     from proxy.dialects.chat_completions import CHAT
-    from proxy.ops.metrics import Metrics
     from proxy.state.opening import open_store
     from proxy.state.tenancy import credential_from_headers
+    from proxy.types import HeaderView
 
     settings = parse_settings(CONFIG.format(port=0, mock=0, model=MODEL, admin=ADMIN), environ={})
     store = open_store(settings.store)
     compactor = Compactor(
-        settings,
+        CompactionSettings.of(settings),
         store=store,
         counter=TokenCounter(settings.model_table()),
         summarizer_for=lambda _: None,  # type: ignore[arg-type,return-value]
         background=BackgroundQueue(max_queue=1, concurrency=1),
-        metrics=Metrics(),
+        windows=ModelWindows(settings.models, settings.upstream),
+        calibration=Calibration(settings.calibration),
     )
     headers = {"authorization": f"Bearer {KEY}", "x-conversation-id": CONVERSATION}
-    raw_headers = [(k.encode(), v.encode()) for k, v in headers.items()]
+    view = HeaderView.of([(k.encode(), v.encode()) for k, v in headers.items()])
+
+    class Body:
+        async def read(self) -> bytes:
+            return raw
+
     tenant = store.tenancy.tenant(credential_from_headers(headers, settings.conversation))
     messages = body["messages"]
     checkpoint = Checkpoint.create(messages, covered=len(messages) - 1, summary="S")
@@ -248,11 +257,17 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
         for _ in range(5):
             started = time.process_time()
             for _ in range(rounds // 5):
-                outgoing = await compactor.rewrite(
-                    ClientRequest(raw=raw, headers=raw_headers, dialect=CHAT)
+                decision = await compactor.decide(
+                    Incoming(
+                        headers=view,
+                        body=Body(),
+                        dialect=CHAT,
+                        credentials=CHAT.caller_credentials(view.values, settings),
+                        streamable=False,
+                    )
                 )
             loop_times.append((time.process_time() - started) / (rounds // 5) * 1000)
-        assert (b"x-compaction", b"applied") in outgoing.response_headers
+        assert (b"x-compaction", b"applied") in decision.response_headers
         return min(loop_times)
 
     return asyncio.run(measure_rewrite()), best_ms(lambda: orjson.loads(raw))

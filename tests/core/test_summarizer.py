@@ -13,11 +13,14 @@ import respx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction.summarizer import OpenAISummarizer, identifiers, keep_identifiers
+from proxy.compaction.events import SummaryOmitted
+from proxy.compaction.summarizer import OpenAISummarizer
+from proxy.compaction.transcript import identifiers, keep_identifiers
 from proxy.config.settings import SummarizerSettings
 from proxy.core.summary_message import TAG_PATTERN, render_summary_message
 from proxy.core.tokens import TokenCounter
 from proxy.errors import SummarizerError
+from proxy.events import Listeners
 from tests.core.conftest import assistant, tool, user
 
 BASE = "https://summarizer.test/v1"
@@ -325,6 +328,8 @@ async def test_one_summary_reads_the_newest_max_summarized_tokens_and_says_what_
     huge = user("OLDEST-START " + "the build step passed again, " * 40_000 + "HUGE-END")
     turns = [huge, *(user(f"turn {i}: " + "detail " * 200) for i in range(4))]
     omitted: list[int] = []
+    listeners = Listeners()
+    listeners.subscribe(SummaryOmitted, lambda event: omitted.append(event.tokens))
     async with httpx.AsyncClient() as client:
         with respx.mock(base_url=BASE) as mock:
             route = mock.post("/chat/completions").mock(
@@ -338,7 +343,7 @@ async def test_one_summary_reads_the_newest_max_summarized_tokens_and_says_what_
                     max_input_tokens=2000, max_summarized_tokens=3000, cod_max_loops=3
                 ),
                 counter=counter,
-                on_omitted=omitted.append,
+                listeners=listeners,
             )
             text = await made.summarize(turns, previous=None, model="m", max_tokens=200)
     calls = [sent(route, i)["messages"][1]["content"] for i in range(len(route.calls))]

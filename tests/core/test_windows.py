@@ -17,14 +17,8 @@ from proxy.compaction.calibration import (
     effective_window,
     prompt_tokens,
 )
-from proxy.compaction.windows import (
-    ModelWindows,
-    entry_window,
-    find_entry,
-    relies_on_window,
-    startup_warnings,
-    window_from_error,
-)
+from proxy.compaction.window_sources import entry_window, find_entry, window_from_error
+from proxy.compaction.windows import ModelWindows, relies_on_window, startup_warnings
 from proxy.config.settings import CalibrationSettings, Settings, parse_settings
 from proxy.core.policy import PolicySettings
 from proxy.proxying.overflow import BufferedResponse
@@ -103,7 +97,8 @@ def test_windows_stated_by_overflow_answers(body: bytes, window: int | None) -> 
 
 
 def _windows(yaml_text: str = "") -> ModelWindows:
-    return ModelWindows(parse_settings(yaml_text, environ={}))
+    settings = parse_settings(yaml_text, environ={})
+    return ModelWindows(settings.models, settings.upstream)
 
 
 def test_built_in_families_and_config_overrides() -> None:
@@ -170,7 +165,8 @@ def _discover(
 ) -> ModelWindows:
     text = f"upstream: {{base_url: http://llm:8080/v1, discover_windows: {discover}}}\n"
     text += yaml_text
-    windows = ModelWindows(parse_settings(text, environ={}), client=lambda: upstream)
+    settings = parse_settings(text, environ={})
+    windows = ModelWindows(settings.models, settings.upstream, client=lambda: upstream)
 
     async def go() -> None:
         windows.want(model, {"authorization": "Bearer k"}, PolicySettings())

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.cli import main
-from proxy.compaction.summarizer import identifiers
+from proxy.compaction.transcript import identifiers
 from proxy.tools.evaluation.synthetic import builtin_transcripts
 from tests.evaluation.provider import ANSWERER, SUMMARIZER, EvalProvider
 from tests.mock_upstream import MockUpstream

@@ -36,7 +36,9 @@ async def test_chunks_fit_the_summarizer_models_window(tiktoken_files) -> None:
             json={"choices": [{"message": {"role": "assistant", "content": "short summary"}}]}
         )
         async with httpx.AsyncClient() as client:
-            make = summarizer_factory(settings, client, counter)
+            make = summarizer_factory(
+                settings.summarizer, settings.upstream, settings.model_table(), client, counter
+            )
             await make({"authorization": "Bearer sk-caller"}).summarize(
                 transcript, previous=None, model="tiny-summarizer", max_tokens=200
             )
@@ -57,7 +59,9 @@ async def test_callers_key_never_goes_to_another_summarizer_host() -> None:
             json={"choices": [{"message": {"role": "assistant", "content": "s"}}]}
         )
         async with httpx.AsyncClient() as client:
-            make = summarizer_factory(settings, client, counter)
+            make = summarizer_factory(
+                settings.summarizer, settings.upstream, settings.model_table(), client, counter
+            )
             await make({"authorization": "Bearer sk-caller"}).summarize(
                 [{"role": "user", "content": "hi"}], previous=None, model="m", max_tokens=50
             )
@@ -74,7 +78,9 @@ async def test_the_callers_own_credential_headers_are_forwarded() -> None:
             json={"choices": [{"message": {"role": "assistant", "content": "s"}}]}
         )
         async with httpx.AsyncClient() as client:
-            make = summarizer_factory(settings, client, counter)
+            make = summarizer_factory(
+                settings.summarizer, settings.upstream, settings.model_table(), client, counter
+            )
             await make(sent).summarize(
                 [{"role": "user", "content": "hi"}], previous=None, model="m", max_tokens=50
             )
@@ -96,7 +102,9 @@ async def test_a_policys_own_host_never_gets_the_global_summarizer_key() -> None
             json={"choices": [{"message": {"role": "assistant", "content": "s"}}]}
         )
         async with httpx.AsyncClient() as client:
-            make = summarizer_factory(settings, client, counter)
+            make = summarizer_factory(
+                settings.summarizer, settings.upstream, settings.model_table(), client, counter
+            )
             await make({"authorization": "Bearer sk-caller"}, own).summarize(
                 [{"role": "user", "content": "hi"}], previous=None, model="m", max_tokens=50
             )

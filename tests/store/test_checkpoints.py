@@ -10,11 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.checkpoints import (
-    HASHED_FIELDS,
     Checkpoint,
     Record,
     RecordError,
-    canonical_message,
     chain_hash,
     decode_record,
     encode_record,
@@ -22,6 +20,7 @@ from proxy.core.checkpoints import (
     find_deepest,
     iter_chain,
 )
+from proxy.core.digests import HASHED_FIELDS, canonical_message
 
 
 def history(n: int, *, tag: str = "") -> list[dict[str, Any]]:

@@ -17,13 +17,14 @@ import hmac
 
 import httpx
 
+from proxy.compaction import protocol
 from proxy.config.ops import WebhookExport
 from proxy.errors import ExportError
 from proxy.ops.export.events import EVENT_TYPE, SummaryEvent
 
-SIGNATURE_HEADER = "X-Compaction-Signature"
-DELIVERY_HEADER = "X-Compaction-Delivery"
-EVENT_HEADER = "X-Compaction-Event"
+SIGNATURE_HEADER = protocol.WEBHOOK_SIGNATURE
+DELIVERY_HEADER = protocol.WEBHOOK_DELIVERY
+EVENT_HEADER = protocol.WEBHOOK_EVENT
 
 
 def signature(secret: str, body: bytes) -> str:

@@ -29,6 +29,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
+from proxy.compaction import protocol
 from proxy.errors import EvaluationError
 from proxy.tools.evaluation.proxy_parts import (
     POLICY_HEADER,
@@ -169,7 +170,7 @@ async def replay(
                     f"the proxy refused a replayed request of {transcript.name} "
                     f"(HTTP {response.status_code}): {response.text[:300]}"
                 )
-            outcome = response.headers.get("x-compaction", "")
+            outcome = response.headers.get(protocol.SWITCH, "")
             await _settle(client, settings.summarizer.timeout_seconds * 2)
             on_request()
         metrics = await _metrics(client)
