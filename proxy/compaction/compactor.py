@@ -45,7 +45,7 @@ from proxy.state.tenancy import (
     credential_from_headers,
     resolve_conversation_id,
 )
-from proxy.upstream.base import RawHeaders
+from proxy.types import RawHeaders
 
 logger = logging.getLogger("proxy.compaction")
 T = TypeVar("T")

@@ -9,8 +9,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.state.tenancy import Credentials
-from proxy.types import HeaderView
-from proxy.upstream.base import RawHeaders
+from proxy.types import HeaderView, RawHeaders
 
 if TYPE_CHECKING:
     from proxy.dialects.base import Dialect

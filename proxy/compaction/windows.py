@@ -36,7 +36,8 @@ from proxy.config.settings import Settings
 from proxy.core.policy import PolicySettings
 from proxy.ops.metrics import ModelRow
 from proxy.proxying.overflow import is_overflow_error
-from proxy.upstream.base import RawHeaders, UpstreamClient
+from proxy.types import RawHeaders
+from proxy.upstream.base import UpstreamClient
 from proxy.upstream.content_coding import Decoder
 
 logger = logging.getLogger("proxy.windows")

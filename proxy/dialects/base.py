@@ -29,7 +29,7 @@ from proxy.errors import ProxyError
 from proxy.proxying.headers import request_headers_upstream
 from proxy.proxying.relay import upstream_url
 from proxy.state.tenancy import Credentials, credential_headers
-from proxy.upstream.base import RawHeaders
+from proxy.types import RawHeaders, Scope
 
 WIRE = "_wire"
 HASHED = DIALECT_FIELD  # "_hash"
@@ -66,7 +66,7 @@ class Dialect(Protocol):
         """An error of ours in this dialect's shape."""
         ...
 
-    def upstream_url(self, settings: Settings, scope: dict) -> str: ...
+    def upstream_url(self, settings: Settings, scope: Scope) -> str: ...
 
     def upstream_headers(
         self,
@@ -123,7 +123,7 @@ class AnthropicWire:
             {"type": "error", "error": {"type": kind, "message": error.message}}
         ).encode()
 
-    def upstream_url(self, settings: Settings, scope: dict) -> str:
+    def upstream_url(self, settings: Settings, scope: Scope) -> str:
         # The base URL has no /v1 (as the anthropic SDK's): the client's path goes on whole.
         return upstream_url(settings.upstream.anthropic_base_url, scope, strip_prefix="")
 
@@ -172,7 +172,7 @@ class OpenAIWire:
     def error_body(self, error: ProxyError) -> bytes:
         return error.to_body()
 
-    def upstream_url(self, settings: Settings, scope: dict) -> str:
+    def upstream_url(self, settings: Settings, scope: Scope) -> str:
         if is_anthropic(scope["headers"]):
             return ANTHROPIC.upstream_url(settings, scope)
         return upstream_url(settings.upstream.base_url, scope)

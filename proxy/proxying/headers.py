@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.upstream.base import RawHeaders
+from proxy.types import RawHeaders
 
 HOP_BY_HOP = frozenset(
     {

@@ -27,7 +27,8 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from proxy.upstream.base import RawHeaders, UpstreamResponse
+from proxy.types import RawHeaders
+from proxy.upstream.base import UpstreamResponse
 from proxy.upstream.content_coding import Decoder
 
 _OVERFLOW = re.compile(

@@ -16,15 +16,12 @@ from urllib.parse import unquote
 
 from proxy.errors import InvalidRequest, PayloadTooLarge, ProxyError
 from proxy.proxying.headers import response_headers_downstream
-from proxy.upstream.base import RawHeaders, UpstreamResponse
+from proxy.types import RawHeaders, Receive, Scope, Send
+from proxy.upstream.base import UpstreamResponse
 
 # Sent with an error that leaves part of the request unread: the client must not reuse the
 # connection (its unread bytes would be taken for the next request).
 CLOSE: RawHeaders = [(b"connection", b"close")]
-
-Scope = dict
-Receive = object  # ASGI callables; kept loose to stay framework-free
-Send = object
 
 CLIENT_CLOSED = 499  # logged when the client went away before a response was sent to it
 
@@ -145,7 +142,7 @@ async def _disconnected(receive: Receive) -> None:
     """Return once the client has gone; call it only once the request body has been read (then
     ``http.disconnect`` is the only message left, or an empty ``http.request`` after a watcher
     was cancelled mid-receive)."""
-    while (await receive())["type"] != "http.disconnect":  # type: ignore[operator]
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
@@ -182,7 +179,7 @@ async def send_error(
     """Answer with an error: ``body`` in the route's dialect, by default OpenAI's shape; returns
     the body size."""
     body = error.to_body() if body is None else body
-    await send(  # type: ignore[operator]
+    await send(
         {
             "type": "http.response.start",
             "status": error.status_code,
@@ -193,7 +190,7 @@ async def send_error(
             ],
         }
     )
-    await send({"type": "http.response.body", "body": body})  # type: ignore[operator]
+    await send({"type": "http.response.body", "body": body})
     return len(body)
 
 
@@ -208,17 +205,13 @@ async def relay(
     """
     headers = response_headers_downstream(response.headers)
     headers.extend(extra_headers)
-    await send(  # type: ignore[operator]
-        {"type": "http.response.start", "status": response.status, "headers": headers}
-    )
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
     exchange.status, exchange.responded = response.status, True
     async for chunk in response.iter_raw():
         if chunk:
-            await send(  # type: ignore[operator]
-                {"type": "http.response.body", "body": chunk, "more_body": True}
-            )
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
             exchange.bytes_out += len(chunk)
-    await send({"type": "http.response.body", "body": b"", "more_body": False})  # type: ignore[operator]
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def body_too_large(limit: int) -> PayloadTooLarge:
@@ -234,7 +227,7 @@ async def stream_request_body(
     request: the provider sees an unfinished upload, never a truncated one as complete.
     """
     while True:
-        message = await receive()  # type: ignore[operator]
+        message = await receive()
         if message["type"] == "http.disconnect":
             # Never end the body early: a truncated body could reach the provider as complete.
             guard.client_gone()

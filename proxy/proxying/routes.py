@@ -30,7 +30,8 @@ from proxy.proxying.relay import (
 )
 from proxy.server.abort import cut_off, was_cut_off
 from proxy.server.access_log import log_request
-from proxy.upstream.base import RawHeaders, UpstreamClient, UpstreamResponse
+from proxy.types import RawHeaders, Receive, Scope, Send
+from proxy.upstream.base import UpstreamClient, UpstreamResponse
 from proxy.upstream.content_coding import readable_accept_encoding
 
 OPENAI = OpenAIWire()  # every other route under /v1 speaks OpenAI's API
@@ -50,7 +51,7 @@ class Resources:
     def __post_init__(self) -> None:
         self.own_headers = frozenset({self.settings.conversation.header.lower().encode()})
 
-    def finish(self, route: str, scope: dict, exchange: Exchange, started: float) -> None:
+    def finish(self, route: str, scope: Scope, exchange: Exchange, started: float) -> None:
         """Count and log one request once it has ended, as it went."""
         self.metrics.child(self.metrics.requests, route, str(exchange.status)).inc()
         if was_cut_off():
@@ -70,7 +71,7 @@ class Resources:
         )
 
 
-async def read_body(receive: Any, scope: dict, limit: int) -> bytes:
+async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
     """The whole request body, refusing more than ``limit`` bytes without reading it all."""
     for name, value in scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
@@ -102,7 +103,7 @@ class CompactedRoute:
         self.resources = resources
         self.dialect = dialect
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         res, dialect = self.resources, self.dialect
         started = time.perf_counter()
         exchange = Exchange()
@@ -174,7 +175,7 @@ class PassThrough:
         self.resources = resources
         self.wire = wire
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         res = self.resources
         wire = ANTHROPIC if is_anthropic(scope["headers"]) else self.wire
         started = time.perf_counter()
@@ -214,14 +215,14 @@ class PassThrough:
             res.finish("passthrough", scope, exchange, started)
 
 
-def _declared_length(scope: dict) -> int:
+def _declared_length(scope: Scope) -> int:
     for name, value in scope["headers"]:
         if name == b"content-length" and value.isdigit():
             return int(value)
     return 0
 
 
-def _declared(scope: dict, limit: int) -> bool:
+def _declared(scope: Scope, limit: int) -> bool:
     """The body's length is declared and within ``limit`` (the server holds the client to it),
     so it may stream through; otherwise it is read whole, where the limit is enforced."""
     for name, value in scope["headers"]:
@@ -230,7 +231,7 @@ def _declared(scope: dict, limit: int) -> bool:
     return False
 
 
-def _has_body(scope: dict) -> bool:
+def _has_body(scope: Scope) -> bool:
     for name, value in scope["headers"]:
         if name == b"content-length":
             return value != b"0"
@@ -244,8 +245,8 @@ async def forward(
     method: str,
     url: str,
     headers: RawHeaders,
-    receive: Any,
-    send: Any,
+    receive: Receive,
+    send: Send,
     exchange: Exchange,
     *,
     outgoing: Outgoing | None = None,
