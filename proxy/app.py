@@ -32,6 +32,7 @@ from proxy.ops.hooks import Hooks
 from proxy.ops.metrics import Metrics, counter_family, gauge_family, model_families
 from proxy.ops.recorder import Recorder
 from proxy.proxying.routes import CompactedRoute, PassThrough, Resources
+from proxy.proxying.targets import targets
 from proxy.server.abort import quiet_uvicorn
 from proxy.state.conversations import Store
 from proxy.state.opening import open_store
@@ -185,18 +186,21 @@ def create_app(
             media_type="application/json",
         )
 
+    openai, anthropic = targets(
+        settings.upstream, own_headers=frozenset({settings.conversation.header.lower().encode()})
+    )
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/v1/chat/completions", CompactedRoute(resources, CHAT), methods=["POST"]),
-        Route("/v1/responses", CompactedRoute(resources, RESPONSES), methods=["POST"]),
-        Route("/v1/messages", CompactedRoute(resources, MESSAGES), methods=["POST"]),
+        Route("/v1/chat/completions", CompactedRoute(resources, CHAT, openai), methods=["POST"]),
+        Route("/v1/responses", CompactedRoute(resources, RESPONSES, openai), methods=["POST"]),
+        Route("/v1/messages", CompactedRoute(resources, MESSAGES, anthropic), methods=["POST"]),
         # The rest of Anthropic's Messages API (count_tokens, batches, other methods) goes to the
         # Anthropic upstream unchanged: never to the OpenAI one, with an Anthropic key.
-        Route("/v1/messages", PassThrough(resources, MESSAGES)),
-        Route("/v1/messages/{path:path}", PassThrough(resources, MESSAGES)),
-        Route("/v1/{path:path}", PassThrough(resources)),
+        Route("/v1/messages", PassThrough(resources, anthropic)),
+        Route("/v1/messages/{path:path}", PassThrough(resources, anthropic)),
+        Route("/v1/{path:path}", PassThrough(resources, openai)),
         Mount("/admin", app=admin_app(settings, store, compactor)),
     ]
     return Starlette(

@@ -203,7 +203,7 @@ class Compactor:
             return self._untouched(request, policy_name)
         # The caller's key goes only where the dialect says it is valid (an Anthropic key never
         # to the OpenAI upstream's /models, nor to its summarizer).
-        credentials = request.dialect.caller_credentials(headers, self.settings)
+        credentials = request.credentials
         self.windows.want(body.get("model") or "", credentials, policy)  # never waits
         conv = await _work(  # strips incoming summaries: a pass over every message
             heavy,

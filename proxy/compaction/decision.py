@@ -24,6 +24,7 @@ class ClientRequest:
     raw: bytes  # the body exactly as the client sent it
     headers: RawHeaders  # the client's request headers, as received
     dialect: Dialect
+    credentials: Credentials  # the caller's, valid where calls on its behalf go (the route's)
 
     @cached_property
     def body(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Forwarding mechanics: the upstream URL, relaying a response as it arrives, disconnects.
+"""Forwarding mechanics: relaying a response as it arrives, disconnects.
 
 A response is relayed chunk by chunk as the provider sends it (SSE chunks are never buffered or
 re-encoded). A client that disconnects cancels the upstream request: a watcher task waits for
@@ -12,11 +12,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
-from urllib.parse import unquote
 
-from proxy.errors import InvalidRequest, PayloadTooLarge, ProxyError
+from proxy.errors import PayloadTooLarge, ProxyError
 from proxy.proxying.headers import response_headers_downstream
-from proxy.types import RawHeaders, Receive, Scope, Send
+from proxy.types import RawHeaders, Receive, Send
 from proxy.upstream.base import UpstreamResponse
 
 # Sent with an error that leaves part of the request unread: the client must not reuse the
@@ -42,27 +41,6 @@ class Exchange:
     answered: bool = False  # the provider's response headers came
     responded: bool = False  # a response status was sent to the client
     client_left: bool = False  # the client went away after its response started, before its end
-
-
-def upstream_url(base_url: str, scope: Scope, *, strip_prefix: str = "/v1") -> str:
-    """base_url + the request path after /v1 + the query string, from the ASGI scope only.
-
-    The host always comes from the configured base URL; the client's Host header, an
-    absolute-form request target or a body field cannot change it. Dot segments are refused so
-    a path cannot climb out of the base URL's path once a client library normalises it.
-    """
-    raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
-    path = raw_path.decode("latin-1")
-    if path.startswith(strip_prefix):
-        path = path[len(strip_prefix) :]
-    decoded = unquote(path)
-    if "\\" in decoded or any(seg in (".", "..") for seg in decoded.split("/")):
-        raise InvalidRequest("the request path may not contain dot segments", code="invalid_path")
-    url = base_url.rstrip("/") + path
-    query: bytes = scope.get("query_string", b"")
-    if query:
-        url += "?" + query.decode("latin-1")
-    return url
 
 
 class ClientGone(ConnectionResetError):

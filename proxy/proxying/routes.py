@@ -11,8 +11,7 @@ from typing import Any
 from proxy.compaction.calibration import ResponseTail
 from proxy.compaction.decision import ClientRequest, Outgoing, Rewriter
 from proxy.config.settings import Settings
-from proxy.dialects.base import ANTHROPIC, AnthropicWire, Dialect, OpenAIWire, is_anthropic
-from proxy.dialects.chat_completions import CHAT
+from proxy.dialects.base import Dialect
 from proxy.errors import PayloadTooLarge, ProxyError, UpstreamError
 from proxy.ops.metrics import Metrics
 from proxy.ops.recorder import Recorder
@@ -28,13 +27,12 @@ from proxy.proxying.relay import (
     send_error,
     stream_request_body,
 )
+from proxy.proxying.targets import Target
 from proxy.server.abort import cut_off, was_cut_off
 from proxy.server.access_log import log_request
-from proxy.types import RawHeaders, Receive, Scope, Send
+from proxy.types import HeaderView, RawHeaders, Receive, Scope, Send
 from proxy.upstream.base import UpstreamClient, UpstreamResponse
 from proxy.upstream.content_coding import readable_accept_encoding
-
-OPENAI = OpenAIWire()  # every other route under /v1 speaks OpenAI's API
 
 
 @dataclass
@@ -46,10 +44,6 @@ class Resources:
     metrics: Metrics = field(default_factory=Metrics)
     upstream: UpstreamClient | None = None
     recorder: Recorder | None = None  # record.path: opt-in, writes message content to disk
-    own_headers: frozenset[bytes] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.own_headers = frozenset({self.settings.conversation.header.lower().encode()})
 
     def finish(self, route: str, scope: Scope, exchange: Exchange, started: float) -> None:
         """Count and log one request once it has ended, as it went."""
@@ -99,9 +93,10 @@ class CompactedRoute:
     request is compacted harder and sent once more; the client sees only the second answer.
     """
 
-    def __init__(self, resources: Resources, dialect: Dialect) -> None:
+    def __init__(self, resources: Resources, dialect: Dialect, target: Target) -> None:
         self.resources = resources
         self.dialect = dialect
+        self.target = target
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         res, dialect = self.resources, self.dialect
@@ -109,16 +104,23 @@ class CompactedRoute:
         exchange = Exchange()
         try:
             limit = res.settings.server.max_body_bytes
-            recorded = res.recorder is not None and dialect is CHAT
+            recorded = res.recorder is not None and dialect.records
+            view = HeaderView.of(scope["headers"])
+            target = self.target.resolve(view)
             # A request compaction leaves alone streams through, unless it is to be recorded.
             streams = _declared(scope, limit) and not recorded
             kept = res.rewriter.untouched(scope["headers"]) if streams else None
             try:
-                url = dialect.upstream_url(res.settings, scope)
+                url = target.url(scope)
                 if kept is None:
                     raw = await read_body(receive, scope, limit)
                     exchange.bytes_in = len(raw)
-                    request = ClientRequest(raw=raw, headers=scope["headers"], dialect=dialect)
+                    request = ClientRequest(
+                        raw=raw,
+                        headers=scope["headers"],
+                        dialect=dialect,
+                        credentials=target.caller_credentials(view),
+                    )
                     if recorded:
                         res.recorder.write(request)  # type: ignore[union-attr]
                     async with NoticeDisconnect(receive) as watch:
@@ -133,12 +135,7 @@ class CompactedRoute:
             except ConnectionResetError:
                 exchange.status = CLIENT_CLOSED
                 return
-            headers = dialect.upstream_headers(
-                scope["headers"],
-                res.settings,
-                own_headers=res.own_headers,
-                drop_content_length=kept is None,
-            )
+            headers = target.headers(view, drop_content_length=kept is None)
             body: dict[str, Any]
             if kept is not None:
                 # Never held or parsed (issue 9): streamed through like any other /v1 route.
@@ -166,30 +163,27 @@ class CompactedRoute:
 
 class PassThrough:
     """Every other method and path under /v1: bodies streamed both ways, nothing changed.
-    ``wire``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens, and for
+    ``target``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens, and for
     any request carrying ``anthropic-version``: the anthropic SDK's models, files, batches)."""
 
-    def __init__(
-        self, resources: Resources, wire: Dialect | OpenAIWire | AnthropicWire = OPENAI
-    ) -> None:
+    def __init__(self, resources: Resources, target: Target) -> None:
         self.resources = resources
-        self.wire = wire
+        self.target = target
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         res = self.resources
-        wire = ANTHROPIC if is_anthropic(scope["headers"]) else self.wire
+        view = HeaderView.of(scope["headers"])
+        wire = self.target.resolve(view)
         started = time.perf_counter()
         exchange = Exchange()
         try:
             try:
-                url = wire.upstream_url(res.settings, scope)
+                url = wire.url(scope)
             except ProxyError as error:
                 exchange.status = error.status_code
                 exchange.bytes_out = await send_error(send, error, body=wire.error_body(error))
                 return
-            headers = wire.upstream_headers(
-                scope["headers"], res.settings, own_headers=res.own_headers
-            )
+            headers = wire.headers(view)
             limit = res.settings.server.max_body_bytes
             if _declared_length(scope) > limit:
                 # Refused on the head alone: not one byte of it reaches the provider.

@@ -246,7 +246,7 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
             started = time.process_time()
             for _ in range(rounds // 5):
                 outgoing = await compactor.rewrite(
-                    ClientRequest(raw=raw, headers=raw_headers, dialect=CHAT)
+                    ClientRequest(raw=raw, headers=raw_headers, dialect=CHAT, credentials={})
                 )
             loop_times.append((time.process_time() - started) / (rounds // 5) * 1000)
         assert (b"x-compaction", b"applied") in outgoing.response_headers
