@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -17,7 +18,6 @@ from starlette.routing import Mount, Route
 from proxy.compaction.background import BackgroundQueue
 from proxy.compaction.calibration import Calibration
 from proxy.compaction.compactor import Compactor
-from proxy.compaction.decision import Rewriter
 from proxy.compaction.summarizer import SummarizerFactory, summarizer_factory
 from proxy.compaction.windows import ModelWindows, startup_warnings
 from proxy.config.settings import Settings, load_settings
@@ -26,14 +26,18 @@ from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
 from proxy.dialects.responses import RESPONSES
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
+from proxy.events import Listeners
 from proxy.ops.admin.routes import admin_app
 from proxy.ops.export.exporter import Exporter, export_events, open_sinks
 from proxy.ops.hooks import Hooks
 from proxy.ops.metrics import Metrics, counter_family, gauge_family, model_families
 from proxy.ops.recorder import Recorder
+from proxy.proxying.events import RequestFinished, RequestRead
+from proxy.proxying.rewriter_decisions import RewriterDecisions
 from proxy.proxying.routes import CompactedRoute, PassThrough, Resources
 from proxy.proxying.targets import targets
 from proxy.server.abort import quiet_uvicorn
+from proxy.server.access_log import AccessLog
 from proxy.state.conversations import Store
 from proxy.state.opening import open_store
 from proxy.upstream import UpstreamClient, open_upstream
@@ -47,7 +51,6 @@ def create_app(
     settings: Settings,
     *,
     upstream: UpstreamClient | None = None,
-    rewriter: Rewriter | None = None,
     store: Store | None = None,
     summarizer_for: SummarizerFactory | None = None,
     counter: TokenCounter | None = None,
@@ -67,7 +70,7 @@ def create_app(
     )
     windows = ModelWindows(
         settings,
-        client=lambda: resources.upstream,
+        client=lambda: resources.client,
         on_discovery=lambda outcome: metrics.window_discoveries.labels(outcome).inc(),
         on_learned=metrics.windows_learned.inc,
     )
@@ -103,11 +106,17 @@ def create_app(
         calibration=calibration,
         hooks=hooks,
     )
+    # Operator features hear what the routes tell (proxy/proxying/events.py).
+    listeners = Listeners()
+    listeners.subscribe(RequestFinished, metrics.request_finished)
+    recorder = Recorder.from_settings(settings)
+    if recorder is not None:
+        listeners.subscribe(RequestRead, recorder.write)
     resources = Resources(
-        settings=settings,
-        rewriter=rewriter or compactor,
-        metrics=metrics,
-        recorder=Recorder.from_settings(settings),
+        server=settings.server,
+        upstream=settings.upstream,
+        compaction=RewriterDecisions(compactor),
+        listeners=listeners,
     )
     metrics.background_depth.set_function(lambda: background.depth)
     metrics.watch(lambda: _store_metrics(store))
@@ -115,7 +124,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        resources.upstream = upstream or open_upstream(settings.upstream)
+        resources.client = upstream or open_upstream(settings.upstream)
         quiet_uvicorn()  # one WARNING of ours per cut-off response, not an ERROR of uvicorn's too
         for warning in startup_warnings(settings):
             logger.warning("%s", warning)
@@ -132,8 +141,9 @@ def create_app(
             await windows.aclose()
             await background.aclose(settings.server.shutdown_grace_seconds)
             await hooks.aclose(settings.server.shutdown_grace_seconds)
-            client, resources.upstream = resources.upstream, None
-            await client.aclose()
+            client, resources.client = resources.client, None
+            if client is not None:
+                await client.aclose()
             await summarizer_client.aclose()
             await store.aclose()
 
@@ -143,7 +153,7 @@ def create_app(
     async def readyz(request: Request) -> Response:
         # A store outage is reported but does not make the proxy unready: requests are still
         # served (without compaction), and an outage must not empty the load balancer.
-        ready = resources.upstream is not None
+        ready = resources.client is not None
         health = store.state()
         return JSONResponse(
             {
@@ -204,7 +214,10 @@ def create_app(
         Mount("/admin", app=admin_app(settings, store, compactor)),
     ]
     return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_served}
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: not_served},
+        middleware=[Middleware(AccessLog)],
     )
 
 

@@ -35,10 +35,10 @@ from proxy.config.families import FAMILIES, Family
 from proxy.config.settings import Settings
 from proxy.core.policy import PolicySettings
 from proxy.ops.metrics import ModelRow
-from proxy.proxying.overflow import is_overflow_error
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamClient
 from proxy.upstream.content_coding import Decoder
+from proxy.upstream.overflow_answers import is_overflow_error
 
 logger = logging.getLogger("proxy.windows")
 

@@ -13,6 +13,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from proxy.core.text import well_formed
+from proxy.proxying.events import RequestFinished
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -128,6 +129,14 @@ class Metrics:
         self.background_depth = Gauge(
             "proxy_background_queue_depth", "Background summaries queued or running.", registry=r
         )
+
+    def request_finished(self, event: RequestFinished) -> None:
+        """Counts one proxied request (subscribed to the routes' events in proxy/app.py)."""
+        self.child(self.requests, event.route, str(event.status)).inc()
+        if event.cut_off:
+            self.child(self.upstream_failures, event.route, "mid_response").inc()
+        if event.upstream_seconds is not None:
+            self.child(self.upstream_latency, event.route).observe(event.upstream_seconds)
 
     def child(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, cached: the lookup is a measurable share of a proxied

@@ -15,9 +15,9 @@ import logging
 import os
 
 from proxy import wirejson
-from proxy.compaction.decision import ClientRequest
 from proxy.config.settings import Settings
 from proxy.errors import ProxyError
+from proxy.proxying.events import RequestRead
 
 logger = logging.getLogger("proxy.recorder")
 
@@ -25,21 +25,19 @@ logger = logging.getLogger("proxy.recorder")
 class Recorder:
     def __init__(self, path: str, *, conversation_header: str) -> None:
         self.path = path
-        self._header = conversation_header.lower().encode()
+        self._header = conversation_header
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Recorder | None:
         path = settings.record.path
         return cls(path, conversation_header=settings.conversation.header) if path else None
 
-    def write(self, request: ClientRequest) -> None:
+    def write(self, request: RequestRead) -> None:
         try:
             body = request.body
         except ProxyError:
             return  # not a chat request anyone could replay; the request path answers it
-        conversation = next(
-            (v.decode("latin-1") for k, v in request.headers if k.lower() == self._header), None
-        )
+        conversation = request.headers.get(self._header)
         if conversation is not None:
             body = {**body, "conversation": conversation}
         line = wirejson.encode(body) + b"\n"
