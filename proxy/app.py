@@ -40,6 +40,7 @@ from proxy.server.abort import quiet_uvicorn
 from proxy.server.access_log import AccessLog
 from proxy.state.conversations import Store
 from proxy.state.opening import open_store
+from proxy.state.tenancy import Tenancy
 from proxy.upstream import UpstreamClient, open_upstream
 
 logger = logging.getLogger("proxy")
@@ -60,7 +61,8 @@ def create_app(
     metrics = Metrics()
     counter = counter or TokenCounter(settings.model_table())
     tokenizer: list[asyncio.Future[bool]] = []  # the start-up load, for /readyz
-    store = store or open_store(settings.store)
+    tenancy = store.tenancy if store is not None else Tenancy.from_settings(settings.store)
+    store = store or open_store(settings.store, tenancy=tenancy)
     summarizer_client = httpx.AsyncClient(
         timeout=settings.summarizer.timeout_seconds, trust_env=False, follow_redirects=False
     )
@@ -105,6 +107,7 @@ def create_app(
         windows=windows,
         calibration=calibration,
         hooks=hooks,
+        tenancy=tenancy,
     )
     # Operator features hear what the routes tell (proxy/proxying/events.py).
     listeners = Listeners()
@@ -211,7 +214,20 @@ def create_app(
         Route("/v1/messages", PassThrough(resources, anthropic)),
         Route("/v1/messages/{path:path}", PassThrough(resources, anthropic)),
         Route("/v1/{path:path}", PassThrough(resources, openai)),
-        Mount("/admin", app=admin_app(settings, store, compactor)),
+        Mount(
+            "/admin",
+            app=admin_app(
+                settings.admin,
+                store=store,
+                compactor=compactor,
+                tenancy=tenancy,
+                conversation=settings.conversation,
+                summarizer=settings.summarizer,
+                max_checkpoints=settings.store.max_checkpoints,
+                counter=counter,
+                dialect=CHAT,
+            ),
+        ),
     ]
     return Starlette(
         routes=routes,

@@ -42,6 +42,7 @@ from proxy.ops.metrics import Metrics
 from proxy.state.conversations import Store
 from proxy.state.tenancy import (
     Credentials,
+    Tenancy,
     credential_from_headers,
     resolve_conversation_id,
 )
@@ -140,9 +141,11 @@ class Compactor:
         windows: ModelWindows | None = None,
         calibration: Calibration | None = None,
         hooks: Hooks | None = None,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
+        self.tenancy = tenancy or store.tenancy  # the app's; a store built apart keys by its own
         self.counter = counter
         self.summarizer_for = summarizer_for
         self.background = background
@@ -182,7 +185,7 @@ class Compactor:
             return Outgoing(body=request.raw, response_headers=decided)
         conversation = self.settings.conversation
         credential = credential_from_headers(headers, conversation)
-        tenant = self.store.tenancy.tenant(credential)
+        tenant = self.tenancy.tenant(credential)
         # Parsing, validation, planning and encoding are pure CPU: for a big body they run in a
         # worker thread so that other clients' requests are not held up meanwhile (issue 9).
         heavy = len(request.raw) > OFFLOAD_BYTES
@@ -197,7 +200,7 @@ class Compactor:
             return self._untouched(request, policy_name)
         messages = neutral.messages
         conversation_id = resolve_conversation_id(
-            headers, messages, tenant=tenant, tenancy=self.store.tenancy, settings=conversation
+            headers, messages, tenant=tenant, tenancy=self.tenancy, settings=conversation
         )
         if conversation_id is None:
             return self._untouched(request, policy_name)
@@ -291,7 +294,7 @@ class Compactor:
         return Conversation(
             tenant=tenant,
             conversation_id=conversation_id,
-            key=self.store.tenancy.record_key(tenant, conversation_id),
+            key=self.tenancy.record_key(tenant, conversation_id),
             policy_name=policy_name,
             policy=self.calibration.policy(policy, model),
             model=model,
@@ -346,16 +349,18 @@ class Compactor:
         policy_name: str,
         policy: PolicySettings,
         credentials: Credentials | None,
+        dialect: Dialect,
     ) -> Conversation:
-        """The conversation a posted chat body holds (messages validated); reads no state."""
+        """The conversation a posted body holds (messages validated); reads no state."""
         return self._conversation(
             tenant,
             conversation_id,
             body,
-            CHAT.conversation(body),
+            dialect.conversation(body),
             policy_name,
             policy,
             credentials=credentials,
+            dialect=dialect,
         )
 
     async def deepest_checkpoint(self, conv: Conversation) -> Checkpoint | None:

@@ -2,8 +2,9 @@
 
     python -m proxy.config.reference > docs/configuration.md
 
-Every key path, its type (with bounds), its default and its description come from
-``proxy.config.settings``; a test compares docs/configuration.md with a fresh render.
+Every key path, its type (with bounds), its default and its description come from the root
+``proxy.config.settings.Settings`` and its sections; a test compares docs/configuration.md with
+a fresh render.
 """
 
 from __future__ import annotations
@@ -16,13 +17,8 @@ import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from proxy.config.settings import (
-    CONFIG_PATH_ENV,
-    DEFAULT_MODELS,
-    UPSTREAM_KEY_ENV,
-    UPSTREAM_URL_ENV,
-    Settings,
-)
+from proxy.config.models import DEFAULT_MODELS
+from proxy.config.settings import CONFIG_PATH_ENV, UPSTREAM_KEY_ENV, UPSTREAM_URL_ENV, Settings
 
 REGENERATE = "python -m proxy.config.reference > docs/configuration.md"
 

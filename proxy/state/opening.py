@@ -3,9 +3,9 @@ point the app calls at start-up."""
 
 from __future__ import annotations
 
-from proxy.config.settings import StoreSettings
 from proxy.state.conversations import Store
 from proxy.state.sealing import Sealer
+from proxy.state.settings import StoreSettings
 from proxy.state.store.memory import MemoryBackend
 from proxy.state.tenancy import Tenancy
 
@@ -14,7 +14,7 @@ def open_store(settings: StoreSettings, *, tenancy: Tenancy | None = None) -> St
     """Build the store named by ``settings.url``; connections open lazily on first use.
 
     Raises ConfigError for an unusable URL or encryption key. ``tenancy`` lets the app share one
-    server secret between the store and its own tenant derivation (``store.tenancy`` otherwise).
+    server secret between the store and its own tenant derivation (else the store has its own).
     """
     tenancy = tenancy or Tenancy.from_settings(settings)
     sealer = Sealer.from_settings(settings.encryption_keys)

@@ -9,7 +9,7 @@ fingerprint*, checked on every read, as defence in depth against the IDOR class 
 Open WebUI CVE-2026-45349).
 
 The secret is ``store.tenant_secret``; without one a Redis store shares a secret created once in
-Redis (``SECRET_KEY``, see ``proxy.state.conversations``). Until it is read the tenancy is
+Redis (``SECRET_KEY``, see ``proxy.state.secret``). Until it is read the tenancy is
 *provisional*: a random in-process secret that the store uses for in-process state only.
 """
 
@@ -31,9 +31,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from proxy.config.settings import ConversationSettings, StoreSettings
 from proxy.core.checkpoints import chain_hash
 from proxy.errors import InvalidRequest
+from proxy.state.settings import ConversationSettings, StoreSettings
 
 log = logging.getLogger("proxy.tenancy")
 

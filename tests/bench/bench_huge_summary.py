@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             except httpx.TimeoutException:
                 metrics = ""  # still busy with the huge request
         finally:
-            proxy.server.run.stop()
+            proxy.server.stop()
             mock.server.stop()
     if response is None:
         print(f"huge request: no answer within {args.timeout:g} s")

@@ -1,9 +1,10 @@
 """Benchmark of a long conversation through the proxy (issue 9): what the proxy adds to a ~616 KB,
 ~167k-token agent transcript, against sending the same bytes straight to the mock provider.
 
-Run: .venv/bin/python -m tests.bench.bench_long [--quick] [--source PATH] [--floor] (``make bench``;
-about a minute, half with --quick). ``--source`` runs the proxy from another checkout (to
-compare); ``--floor`` also measures a minimal relay on the same server (tests/bench/relay_floor.py)
+Run: .venv/bin/python -m tests.bench.bench_long [--quick] [--source PATH] [--baseline-source PATH]
+[--floor] (``make bench``; about a minute, half with --quick). ``--source`` runs the proxy from
+another checkout; ``--baseline-source`` runs a second checkout in the same run, alternating, and
+prints both (a regression check across commits); ``--floor`` also measures a minimal relay on the same server (tests/bench/relay_floor.py)
 with the body of the first case: what any pass-through served this way adds.
 
 Three cases, each as the median of many sequential requests on one keep-alive connection,
@@ -130,11 +131,13 @@ def request_bytes(port: int, body: bytes, headers: dict[str, str]) -> bytes:
     ).encode() + body
 
 
-def start_proxy(tmp: Path, mock_port: int, source: Path, *, config_text: str = CONFIG) -> Target:
-    """The proxy of ``source`` as a process, with ``config_text`` (formatted with its port, the
-    mock's, MODEL and ADMIN)."""
+def start_proxy(
+    tmp: Path, mock_port: int, source: Path, *, config_text: str = CONFIG, name: str = "proxy"
+) -> Target:
+    """The proxy of ``source`` as a process named ``name``, with ``config_text`` (formatted with
+    its port, the mock's, MODEL and ADMIN)."""
     port = free_port()
-    config = tmp / "long.yaml"
+    config = tmp / f"long-{name}.yaml"
     config.write_text(config_text.format(port=port, mock=mock_port, model=MODEL, admin=ADMIN))
     env = {
         k: v
@@ -145,8 +148,8 @@ def start_proxy(tmp: Path, mock_port: int, source: Path, *, config_text: str = C
     if TIKTOKEN_DIR.is_dir():
         env["TIKTOKEN_CACHE_DIR"] = str(TIKTOKEN_DIR)
     argv = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(port)]
-    server = Server("proxy", argv, log=tmp / "long.log", env=env, cwd=source)
-    return Target("proxy", port, server)
+    server = Server(name, argv, log=tmp / f"long-{name}.log", env=env, cwd=source)
+    return Target(name, port, server)
 
 
 def start_floor(tmp: Path, mock_port: int) -> Target:
@@ -277,7 +280,7 @@ def measure(
                 direct.exchange(to_mock)
             a: list[float] = []
             b: list[float] = []
-            cpu = proxy.server.run.cpu_seconds()
+            cpu = proxy.server.cpu_seconds()
             for _ in range(rounds):
                 reply = direct.exchange(to_mock)
                 assert reply.status == 200, reply.status
@@ -285,10 +288,35 @@ def measure(
                 reply = via.exchange(to_proxy)
                 assert reply.status == 200, reply.status
                 b.append(reply.elapsed)
-            cpu_ms = (proxy.server.run.cpu_seconds() - cpu) * 1000 / rounds
+            cpu_ms = (proxy.server.cpu_seconds() - cpu) * 1000 / rounds
             added = median_ms([y - x for x, y in zip(a, b, strict=True)])
             results[name] = (median_ms(a), median_ms(b), added, cpu_ms)
     return results
+
+
+Figures = dict[str, tuple[float, float, float, float]]
+
+
+def measure_both(
+    proxy: Target,
+    before: Target,
+    mock: Target,
+    rounds: int,
+    cases: dict[str, tuple[bytes, bytes, dict[str, str]]],
+) -> tuple[Figures, Figures]:
+    """``measure`` for this checkout's proxy and the baseline's, in four alternating halves
+    (ours, before, ours, before), each figure the mean of its two halves: drift over the run
+    falls on both alike."""
+    half = max(rounds // 2, 10)
+    passes = [measure(target, mock, half, cases) for _ in range(2) for target in (proxy, before)]
+
+    def mean(a: Figures, b: Figures) -> Figures:
+        return {
+            name: tuple((x + y) / 2 for x, y in zip(a[name], b[name], strict=True))  # type: ignore[misc]
+            for name in a
+        }
+
+    return mean(passes[0], passes[2]), mean(passes[1], passes[3])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,8 +324,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--source", type=Path, default=REPO, help="checkout to run the proxy from")
     parser.add_argument("--floor", action="store_true", help="measure a minimal relay too")
+    parser.add_argument(
+        "--baseline-source",
+        type=Path,
+        help="another checkout (e.g. a `git worktree` of the previous commit) measured in the "
+        "same run, its rounds alternating with this one's: tells a regression from noise",
+    )
     args = parser.parse_args(argv)
     rounds = 100 if args.quick else 300
+    if TIKTOKEN_DIR.is_dir():  # this process plans the compacted body with exact counts too
+        os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_DIR))
 
     body = transcript()
     raw = json.dumps(body).encode()
@@ -310,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         mock = start_mock(tmp, hang_seconds=1)
         proxy = start_proxy(tmp, mock.port, args.source.resolve())
-        stops: list[Callable[[], None]] = [mock.server.stop, proxy.server.run.stop]
+        stops: list[Callable[[], None]] = [mock.server.stop, proxy.server.stop]
         try:
             wait_ready(mock, KEY)
             wait_ready(proxy, KEY)
@@ -326,9 +362,18 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 "compacted": (raw, small, {"X-Conversation-Id": CONVERSATION}),
             }
+            before = None
+            if args.baseline_source is not None:
+                before = start_proxy(tmp, mock.port, args.baseline_source.resolve(), name="before")
+                stops.append(before.server.stop)
+                wait_ready(before, KEY)
+                prime(before, body)  # the same summary: the mock writes it
             started = time.perf_counter()
             others = OthersShare()
-            results = measure(proxy, mock, rounds, cases)
+            if before is None:
+                results = measure(proxy, mock, rounds, cases)
+            else:
+                results, baseline = measure_both(proxy, before, mock, rounds, cases)
             if args.floor:
                 floor = start_floor(tmp, mock.port)
                 stops.append(floor.server.stop)
@@ -365,6 +410,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<22}{direct_ms:>11.3f}{proxy_ms:>11.3f}{added:>11.3f}{GOALS_MS[name]:>9.1f}"
             f"{cpu_ms:>14.2f}  {verdict}"
         )
+    if args.baseline_source is not None:
+        print(f"against {args.baseline_source} (before), measured in the same run, alternating:")
+        print(
+            f"{'case':<22}{'added ms':>11}{'before ms':>11}{'CPU ms':>9}{'before':>9}{'CPU ratio':>11}"
+        )
+        for name, (_, _, added, cpu_ms) in results.items():
+            if name == FLOOR:
+                continue
+            _, _, was, was_cpu = baseline[name]
+            print(
+                f"{name:<22}{added:>11.3f}{was:>11.3f}{cpu_ms:>9.2f}{was_cpu:>9.2f}"
+                f"{cpu_ms / was_cpu:>10.2f}x"
+            )
     return 1 if failed else 0
 
 

@@ -8,12 +8,17 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
+from proxy.core.checkpoints import Checkpoint
+from proxy.events import Listeners
+from proxy.ops.export.exporter import Exporter, SummaryEvent, export_events
 from tests.mock_upstream import MockUpstream
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import Provider, admin_view, conversation_client, inline_config, talk
@@ -202,3 +207,40 @@ def test_a_stuck_receiver_never_holds_up_a_request(
     finally:
         receiver.release.set()
     eventually(lambda: metric(server, "webhook", "sent"), lambda sent: sent == 2)
+
+
+@pytest.mark.anyio
+async def test_the_exporter_publishes_the_summary_events_it_subscribed_to() -> None:
+    """The exporter hears a stored summary as an event (``proxy.events``), whatever emits it:
+    nothing on the request path calls it by name."""
+
+    @dataclass(frozen=True)
+    class Stored:  # an emitter's own event, with the fields the exporter reads
+        tenant: str
+        conversation_id: str
+        policy: str
+        checkpoint: Checkpoint
+
+    class Collect:
+        name = "collect"
+
+        def __init__(self) -> None:
+            self.events: list[SummaryEvent] = []
+
+        async def deliver(self, event: SummaryEvent, body: bytes) -> None:
+            self.events.append(event)
+
+        async def aclose(self) -> None:
+            return None
+
+    sink = Collect()
+    exporter = Exporter([sink], queue=4, events=export_events(CollectorRegistry()))
+    listeners = Listeners()
+    exporter.subscribe(listeners, Stored)
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    checkpoint = Checkpoint.create(messages, covered=2, summary="S")
+    listeners.emit(Stored("t1", "conv", "default", checkpoint))
+    listeners.emit(object())  # not subscribed: ignored
+    await exporter.join()
+    assert sink.events == [SummaryEvent("t1", "conv", "default", checkpoint)]
+    await exporter.aclose(grace=1)

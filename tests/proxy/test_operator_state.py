@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from proxy.state import conversations
+from proxy.state import listing
 from tests.proxy.conftest import settings_for
 from tests.proxy.provider import SYSTEM, Provider, check_sent, take_turn
 from tests.proxy.test_compaction_e2e import (  # noqa: F401
@@ -245,7 +245,7 @@ def test_listing_pages_newest_use_first_per_tenant(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Every request moves its conversation in the listing (by default, once a minute at most).
-    monkeypatch.setattr(conversations, "TOUCH_SECONDS", 0.0)
+    monkeypatch.setattr(listing, "TOUCH_SECONDS", 0.0)
     server = start_proxy(settings_for(mock.url, config(store_url)))
     histories = {name: [SYSTEM] for name in ("alpha", "bravo", "charlie")}
     for name, history in histories.items():

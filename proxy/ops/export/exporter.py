@@ -7,57 +7,34 @@ A summary is message content, so nothing is exported unless ``export:`` names a 
 has a queue of ``export.queue`` summaries and one worker: a slow or failing sink never holds up a
 request or another sink; a summary arriving at a full queue is dropped and counted, a delivery
 that fails is logged (without content) and counted (``proxy_export_events``).
+
+The exporter hears of summaries as events (``subscribe``), so nothing on the request path calls
+it by name. The sinks are ``jsonl``, ``stream`` and ``webhook`` beside this module; the event they
+are given is ``proxy.ops.export.events.SummaryEvent`` (re-exported here: the hook contract in
+docs/operations.md imports it from this module).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-import redis
-import redis.asyncio
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.config.settings import ExportSettings, JsonlExport, RedisStreamExport
-from proxy.core.checkpoints import Checkpoint
-from proxy.core.plan_view import describe_checkpoint
+from proxy.config.ops import ExportSettings
 from proxy.errors import ExportError
+from proxy.events import Listeners
+from proxy.ops.export.events import EVENT_TYPE, StoredSummary, SummaryEvent
+from proxy.ops.export.jsonl import JsonlSink
+from proxy.ops.export.stream import RedisStreamSink
 from proxy.ops.export.webhook import WebhookSink
 
+__all__ = ["EVENT_TYPE", "Exporter", "Sink", "SummaryEvent", "export_events", "open_sinks"]
+
 logger = logging.getLogger("proxy.export")
-
-EVENT_TYPE = "summary.created"
-
-
-@dataclass(frozen=True)
-class SummaryEvent:
-    """A summary just stored, with whose it is: what hooks and sinks are given."""
-
-    tenant: str  # as the admin API shows it
-    conversation_id: str  # as the client named it (unique within the tenant)
-    policy: str
-    checkpoint: Checkpoint
-
-    def payload(self) -> dict[str, Any]:
-        """The JSON every sink writes: the admin API's view of the checkpoint, flattened."""
-        view = describe_checkpoint(self.checkpoint)
-        return {
-            "type": EVENT_TYPE,
-            "tenant": self.tenant,
-            "conversation_id": self.conversation_id,
-            "policy": self.policy,
-            "checkpoint_id": view.pop("id"),
-            **view,
-        }
-
-    def encode(self) -> bytes:
-        return json.dumps(self.payload(), ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class Sink(Protocol):
@@ -68,62 +45,6 @@ class Sink(Protocol):
     async def deliver(self, event: SummaryEvent, body: bytes) -> None: ...
 
     async def aclose(self) -> None: ...
-
-
-class JsonlSink:
-    """One JSON line per summary, appended with a single write (the file is opened for each, so
-    a rotated file is picked up; several workers appending share it line by line)."""
-
-    name = "jsonl"
-
-    def __init__(self, settings: JsonlExport) -> None:
-        self._path = settings.path
-
-    async def deliver(self, event: SummaryEvent, body: bytes) -> None:
-        try:
-            await asyncio.to_thread(self._append, body + b"\n")
-        except OSError as exc:
-            raise ExportError(f"cannot append to the export file: {exc.strerror}") from exc
-
-    def _append(self, line: bytes) -> None:
-        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
-
-    async def aclose(self) -> None:
-        return None
-
-
-class RedisStreamSink:
-    """XADD of each summary's fields (strings; null as ""), the stream capped near ``maxlen``."""
-
-    name = "redis_stream"
-
-    def __init__(self, settings: RedisStreamExport) -> None:
-        self._settings = settings
-        self._client = redis.asyncio.Redis.from_url(
-            settings.url, socket_timeout=5, socket_connect_timeout=5
-        )
-
-    async def deliver(self, event: SummaryEvent, body: bytes) -> None:
-        fields = {k: _field(v) for k, v in event.payload().items()}
-        try:
-            await self._client.xadd(
-                self._settings.stream, fields, maxlen=self._settings.maxlen, approximate=True
-            )
-        except (redis.RedisError, OSError) as exc:
-            raise ExportError(f"XADD failed: {type(exc).__name__}") from exc
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-def _field(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 class Exporter:
@@ -140,6 +61,12 @@ class Exporter:
     @property
     def enabled(self) -> bool:
         return bool(self._sinks)
+
+    def subscribe(self, listeners: Listeners, event_type: type[StoredSummary]) -> None:
+        """Publish each ``event_type`` event the listeners hear (the app wires this to the event
+        compaction emits when it stores a summary); nothing is subscribed without a sink."""
+        if self.enabled:
+            listeners.subscribe(event_type, lambda event: self.publish(SummaryEvent.of(event)))
 
     def publish(self, event: SummaryEvent) -> None:
         """Queue ``event`` for every sink; never waits (a full queue drops it, counted)."""

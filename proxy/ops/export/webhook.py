@@ -14,15 +14,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-from typing import TYPE_CHECKING
 
 import httpx
 
-from proxy.config.settings import WebhookExport
+from proxy.config.ops import WebhookExport
 from proxy.errors import ExportError
-
-if TYPE_CHECKING:
-    from proxy.ops.export.exporter import SummaryEvent
+from proxy.ops.export.events import EVENT_TYPE, SummaryEvent
 
 SIGNATURE_HEADER = "X-Compaction-Signature"
 DELIVERY_HEADER = "X-Compaction-Delivery"
@@ -44,6 +41,8 @@ def _retryable(status: int) -> bool:
 
 
 class WebhookSink:
+    """POSTs each summary, signed, until a 2xx or it gives up (see the module docstring)."""
+
     name = "webhook"
 
     def __init__(self, settings: WebhookExport, *, client: httpx.AsyncClient | None = None) -> None:
@@ -59,7 +58,7 @@ class WebhookSink:
             "content-type": "application/json",
             SIGNATURE_HEADER: signature(self._secret, body),
             DELIVERY_HEADER: event.checkpoint.id,
-            EVENT_HEADER: "summary.created",
+            EVENT_HEADER: EVENT_TYPE,
         }
         reason = ""
         for attempt in range(settings.max_attempts):

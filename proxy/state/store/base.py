@@ -1,9 +1,9 @@
 """The small interface every store backend implements: bytes under keys, with TTLs.
 
-Backends know nothing of checkpoints, tenants or encryption (``proxy.state.conversations`` does);
-they move opaque values and guarantee the two atomic operations correctness rests on: a
-compare-and-set write and a token lock. Every method raises ``StoreError`` (and nothing else) when
-the backend fails; foreign exceptions are mapped where they occur.
+Backends know nothing of checkpoints, tenants or encryption (``proxy.state.conversations`` and
+its parts do); they move opaque values and guarantee the two atomic operations correctness rests
+on: a compare-and-set write and a token lock. Every method raises ``StoreError`` (and nothing
+else) when the backend fails; foreign exceptions are mapped where they occur.
 """
 
 from __future__ import annotations

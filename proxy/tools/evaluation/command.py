@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.tools.evaluation.core import ConfigError, Settings, choose_policy, load_settings
 from proxy.tools.evaluation.endpoint import ChatEndpoint
+from proxy.tools.evaluation.proxy_parts import ConfigError, Settings, choose_policy, load_settings
 from proxy.tools.evaluation.replay import eval_settings
 from proxy.tools.evaluation.report import build_report, render
 from proxy.tools.evaluation.runner import Results, Runner, RunOptions

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.tools.evaluation.core import content_text, identifiers
+from proxy.tools.evaluation.proxy_parts import content_text, identifiers
 
 CATEGORIES = ("fact", "artifact", "decision", "instruction", "next_step")
 # Identifiers are taken from the first part of a conversation: what a compaction summarizes.

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.tools.evaluation.core import Settings, TokenCounter, transcript_line
 from proxy.tools.evaluation.endpoint import ChatEndpoint
 from proxy.tools.evaluation.probes import (
     JUDGE_PROBES_PROMPT,
@@ -21,6 +20,7 @@ from proxy.tools.evaluation.probes import (
     identifier_probes,
     parse_judge_probes,
 )
+from proxy.tools.evaluation.proxy_parts import Settings, TokenCounter, transcript_line
 from proxy.tools.evaluation.replay import Replayed, replay, request_points
 from proxy.tools.evaluation.scoring import Scorer
 from proxy.tools.evaluation.transcripts import Transcript

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.tools.evaluation.core import TokenCounter
+from proxy.tools.evaluation.proxy_parts import TokenCounter
 
 _PREAMBLE_ROLES = ("system", "developer")
 
