@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -17,7 +18,6 @@ from starlette.routing import Mount, Route
 from proxy.compaction.background import BackgroundQueue
 from proxy.compaction.calibration import Calibration
 from proxy.compaction.compactor import Compactor
-from proxy.compaction.decision import Rewriter
 from proxy.compaction.settings import CompactionSettings
 from proxy.compaction.summarizer import SummarizerFactory, summarizer_factory
 from proxy.compaction.windows import ModelWindows, startup_warnings
@@ -34,7 +34,9 @@ from proxy.ops.hooks import Hooks
 from proxy.ops.metrics import Metrics, counter_family, gauge_family, model_families
 from proxy.ops.recorder import Recorder
 from proxy.proxying.routes import CompactedRoute, PassThrough, Resources
+from proxy.proxying.targets import targets
 from proxy.server.abort import quiet_uvicorn
+from proxy.server.access_log import AccessLog
 from proxy.state.conversations import Store
 from proxy.state.opening import open_store
 from proxy.state.tenancy import Tenancy
@@ -49,7 +51,6 @@ def create_app(
     settings: Settings,
     *,
     upstream: UpstreamClient | None = None,
-    rewriter: Rewriter | None = None,
     store: Store | None = None,
     summarizer_for: SummarizerFactory | None = None,
     counter: TokenCounter | None = None,
@@ -57,7 +58,8 @@ def create_app(
     """The proxy as an ASGI app. The keyword arguments replace a real part (tests); by default
     each is built from ``settings``, per process."""
     metrics = Metrics()
-    listeners = Listeners()  # what compaction tells operator features (metrics, hooks, export)
+    # What the routes and compaction tell operator features (metrics, hooks, export, recorder).
+    listeners = Listeners()
     metrics.subscribe(listeners)
     counter = counter or TokenCounter(settings.model_table())
     tokenizer: list[asyncio.Future[bool]] = []  # the start-up load, for /readyz
@@ -73,7 +75,7 @@ def create_app(
     windows = ModelWindows(
         settings.models,
         settings.upstream,
-        client=lambda: resources.upstream,
+        client=lambda: resources.client,
         listeners=listeners,
     )
     calibration = Calibration(settings.calibration, listeners=listeners)
@@ -115,10 +117,10 @@ def create_app(
     if recorder is not None:
         recorder.subscribe(listeners)
     resources = Resources(
-        settings=settings,
-        rewriter=rewriter or compactor,
-        metrics=metrics,
-        recorder=recorder,
+        server=settings.server,
+        upstream=settings.upstream,
+        compaction=compactor,
+        listeners=listeners,
     )
     metrics.background_depth.set_function(lambda: background.depth)
     metrics.watch(lambda: _store_metrics(store))
@@ -126,7 +128,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        resources.upstream = upstream or open_upstream(settings.upstream)
+        resources.client = upstream or open_upstream(settings.upstream)
         quiet_uvicorn()  # one WARNING of ours per cut-off response, not an ERROR of uvicorn's too
         for warning in startup_warnings(settings):
             logger.warning("%s", warning)
@@ -143,8 +145,9 @@ def create_app(
             await windows.aclose()
             await background.aclose(settings.server.shutdown_grace_seconds)
             await hooks.aclose(settings.server.shutdown_grace_seconds)
-            client, resources.upstream = resources.upstream, None
-            await client.aclose()
+            client, resources.client = resources.client, None
+            if client is not None:
+                await client.aclose()
             await summarizer_client.aclose()
             await store.aclose()
 
@@ -154,7 +157,7 @@ def create_app(
     async def readyz(request: Request) -> Response:
         # A store outage is reported but does not make the proxy unready: requests are still
         # served (without compaction), and an outage must not empty the load balancer.
-        ready = resources.upstream is not None
+        ready = resources.client is not None
         health = store.state()
         return JSONResponse(
             {
@@ -197,18 +200,21 @@ def create_app(
             media_type="application/json",
         )
 
+    openai, anthropic = targets(
+        settings.upstream, own_headers=frozenset({settings.conversation.header.lower().encode()})
+    )
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/v1/chat/completions", CompactedRoute(resources, CHAT), methods=["POST"]),
-        Route("/v1/responses", CompactedRoute(resources, RESPONSES), methods=["POST"]),
-        Route("/v1/messages", CompactedRoute(resources, MESSAGES), methods=["POST"]),
+        Route("/v1/chat/completions", CompactedRoute(resources, CHAT, openai), methods=["POST"]),
+        Route("/v1/responses", CompactedRoute(resources, RESPONSES, openai), methods=["POST"]),
+        Route("/v1/messages", CompactedRoute(resources, MESSAGES, anthropic), methods=["POST"]),
         # The rest of Anthropic's Messages API (count_tokens, batches, other methods) goes to the
         # Anthropic upstream unchanged: never to the OpenAI one, with an Anthropic key.
-        Route("/v1/messages", PassThrough(resources, MESSAGES)),
-        Route("/v1/messages/{path:path}", PassThrough(resources, MESSAGES)),
-        Route("/v1/{path:path}", PassThrough(resources)),
+        Route("/v1/messages", PassThrough(resources, anthropic)),
+        Route("/v1/messages/{path:path}", PassThrough(resources, anthropic)),
+        Route("/v1/{path:path}", PassThrough(resources, openai)),
         Mount(
             "/admin",
             app=admin_app(
@@ -225,7 +231,10 @@ def create_app(
         ),
     ]
     return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_served}
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: not_served},
+        middleware=[Middleware(AccessLog)],
     )
 
 

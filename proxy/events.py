@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-
-from proxy.types import HeaderView
 
 logger = logging.getLogger("proxy.events")
 
@@ -41,14 +38,3 @@ class Listeners:
                 listener(event)
             except Exception:  # an operator feature never breaks the request path
                 logger.exception("listener for %s failed", type(event).__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestReceived:
-    """A compacted route read a request's whole body, before compaction looked at it (the
-    recorder, ``proxy.ops.recorder``, writes chat requests out). The route emits it only when
-    ``listeners.wants(RequestReceived)``: a listener makes the route read the body whole."""
-
-    route: str  # the dialect's name: chat, responses, messages
-    headers: HeaderView
-    body: bytes  # exactly as the client sent it

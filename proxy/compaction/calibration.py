@@ -9,25 +9,22 @@ into a per-model factor, bounded by ``calibration.min_factor`` and ``max_factor`
 counting with tiktoken and instead divides what it compares counts with: the model's window and
 the policy's token thresholds and budgets (``effective_window``, ``calibrated_policy``).
 
-The response is never buffered or re-encoded for this: ``ResponseTail`` keeps the last few KB
-of the bytes as they are relayed (usage sits at the end of a JSON body, and in the last SSE
-events when ``stream_options.include_usage`` is set), and the number is read once it has ended.
+The response is never buffered or re-encoded for this: the forwarder keeps the last few KB of
+the bytes as they are relayed (``proxy.proxying.responses.ResponseTail``: usage sits at the end
+of a JSON body, and in the last SSE events when ``stream_options.include_usage`` is set), and
+the number is read once it has ended.
 """
 
 from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator
 
 from proxy.compaction.events import CalibrationSampled
 from proxy.config.settings import CalibrationSettings
 from proxy.core.policy import PolicySettings
 from proxy.events import Listeners
-from proxy.upstream.base import UpstreamResponse
-from proxy.upstream.content_coding import Decoder
 
-TAIL_BYTES = 8192
 MIN_TOKENS = 256  # smaller prompts are mostly fixed overhead: their ratio says little
 OUTLIER = 2.0  # a sample beyond [min_factor / 2, max_factor * 2] is a misreading, ignored
 SMOOTHING = 0.2  # weight of a new sample once a model has a few (a mean before that)
@@ -45,40 +42,6 @@ def prompt_tokens(tail: bytes) -> int | None:
     inside a JSON string cannot match: its quotes are escaped."""
     found = _PROMPT_TOKENS.findall(tail)
     return int(found[-1]) if found else None
-
-
-class ResponseTail:
-    """An upstream response relayed as it is, keeping the last ``TAIL_BYTES`` of its decoded body
-    (proxy/upstream/content_coding.py: providers compress their answers) for a look once it has ended."""
-
-    def __init__(self, response: UpstreamResponse) -> None:
-        self._response = response
-        self.status = response.status
-        self.headers = response.headers
-        self._tail = bytearray()
-        # Decoding every byte is the price of reading a compressed tail; it is cheap next to
-        # relaying it, and only compacted requests pay it.
-        self._decoder = Decoder.of(response.headers)
-
-    async def iter_raw(self) -> AsyncIterator[bytes]:
-        async for chunk in self._response.iter_raw():
-            if chunk and self._decoder.readable:
-                self._keep(self._decoder.decode(chunk))
-            yield chunk
-
-    def _keep(self, chunk: bytes) -> None:
-        self._tail += chunk
-        if len(self._tail) > 2 * TAIL_BYTES:
-            del self._tail[:-TAIL_BYTES]
-
-    async def read(self) -> bytes:
-        return await self._response.read()
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-    def tail(self) -> bytes:
-        return bytes(self._tail[-TAIL_BYTES:]) if self._decoder.readable else b""
 
 
 class Calibration:

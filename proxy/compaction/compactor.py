@@ -16,7 +16,7 @@ from proxy.compaction.ahead import AheadOfTime
 from proxy.compaction.background import BackgroundQueue
 from proxy.compaction.calibration import Calibration
 from proxy.compaction.conversation import Conversation, Conversations
-from proxy.compaction.decision import ClientRequest, Decision, Incoming, Outgoing
+from proxy.compaction.decision import Decision, Incoming
 from proxy.compaction.model_info import ModelInfos
 from proxy.compaction.planning import plan_with
 from proxy.compaction.rescue import OverflowRescue
@@ -27,7 +27,6 @@ from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summaries import Summaries
 from proxy.compaction.summarizer import SummarizerFactory
 from proxy.compaction.translation import Translator
-from proxy.compaction.upgrade import incoming_of, outgoing_of
 from proxy.compaction.windows import ModelWindows
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.planner import Plan, SummaryRequest
@@ -37,7 +36,6 @@ from proxy.errors import InvalidRequest
 from proxy.events import Listeners
 from proxy.state.conversations import Store
 from proxy.state.tenancy import Credentials, Tenancy
-from proxy.types import HeaderView, RawHeaders
 
 
 class Compactor:
@@ -102,14 +100,6 @@ class Compactor:
         """What to send for one request, and what to do after its answer (the route's one
         call). Raises ProxyError (a 4xx) for a request no provider should see."""
         return await self._rewriter.decide(incoming)
-
-    # The crossing before ``decide`` (proxy.compaction.decision.Rewriter), served over it.
-
-    def untouched(self, raw_headers: RawHeaders) -> RawHeaders | None:
-        return self._rewriter.decided_by_headers(HeaderView.of(raw_headers))
-
-    async def rewrite(self, request: ClientRequest) -> Outgoing:
-        return outgoing_of(await self.decide(incoming_of(request)))
 
     # --- primitives for the admin API (proxy/ops/admin/routes.py) -----------------------------
 

@@ -2,24 +2,16 @@
 ``Compactor.decide`` and gets one ``Decision``: the body to send, the headers to add to the
 answer, and a ``FollowUp`` with named steps for after the answer (docs/architecture.md, "The
 request path").
-
-``ClientRequest``, ``Outgoing`` and ``Rewriter`` are the crossing before it (three callbacks in a
-data object): ``Compactor.untouched`` / ``Compactor.rewrite`` still serve them, over ``decide``,
-until the route calls ``decide``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Protocol
+from typing import Protocol
 
 from proxy.compaction.translation import Translator
 from proxy.state.tenancy import Credentials
 from proxy.types import HeaderView, RawHeaders
-
-# --- The crossing: the route calls ``decide`` once ---------------------------------------------
 
 
 class BodySource(Protocol):
@@ -64,51 +56,3 @@ class Decision:
     response_headers: RawHeaders = field(default_factory=list)  # added to the client's response
     follow_up: FollowUp | None = None
     streaming: bool = False  # the client asked for SSE (an overflow may show inside the stream)
-
-
-# --- The crossing before it (served over ``decide`` until the route calls it) ------------------
-
-
-@dataclass(frozen=True)
-class ClientRequest:
-    """A client's request to a compacted route. The body is parsed on first use only: a request
-    the headers alone send through untouched (``X-Compaction: off``, no conversation) is
-    forwarded as the bytes that came, without paying for JSON (issue 9)."""
-
-    raw: bytes  # the body exactly as the client sent it
-    headers: RawHeaders  # the client's request headers, as received
-    dialect: Translator
-    credentials: Credentials = field(default_factory=dict)  # as ``Incoming.credentials``
-
-    @cached_property
-    def body(self) -> dict[str, Any]:
-        """The parsed, checked body (do not mutate: rewrites build a new one); raises
-        InvalidRequest for a body every request of the dialect would refuse."""
-        return self.dialect.parse(self.raw)
-
-
-@dataclass(frozen=True)
-class Outgoing:
-    body: bytes  # what the provider receives
-    response_headers: RawHeaders = field(default_factory=list)  # added to the client's response
-    # Run once the response has been relayed (schedules ahead-of-time work; must not block).
-    after: Callable[[], None] | None = None
-    # After a context-overflow answer: the request to send instead (once), or None.
-    retry: Callable[[], Awaitable[Outgoing | None]] | None = None
-    # Shown the provider's answer once it has ended (status, headers, the end of its body, or
-    # the start of an overflow answer's error body; decoded from the provider's content coding):
-    # learns windows and calibrates token counts.
-    observe: Callable[[int, RawHeaders, bytes], None] | None = None
-
-
-class Rewriter(Protocol):
-    """The compaction hook before ``decide``: turns a client's request into what the provider
-    receives."""
-
-    def untouched(self, headers: RawHeaders) -> RawHeaders | None:
-        """When the request headers alone say the body goes out as it came: the headers to add
-        to the client's response (the body is then streamed through, never read whole).
-        None: the body is read and given to ``rewrite``."""
-        ...
-
-    async def rewrite(self, request: ClientRequest) -> Outgoing: ...

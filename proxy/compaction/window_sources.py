@@ -2,8 +2,8 @@
 entry (vLLM ``max_model_len``, OpenRouter ``context_length``, llama.cpp ``meta``, LiteLLM
 ``max_input_tokens``) or a context-overflow error ("maximum context length is N tokens").
 
-Pure parsing, no I/O: ``proxy.compaction.windows`` asks and remembers; the forwarder
-(``proxy.proxying``) recognises an overflow answer with ``is_overflow_error``.
+Pure parsing, no I/O: ``proxy.compaction.windows`` asks and remembers. Whether an answer is an
+overflow at all is ``proxy.upstream.overflow_answers`` (the forwarder asks it too).
 """
 
 from __future__ import annotations
@@ -12,9 +12,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-# Overflow messages are a sentence near the start of a small JSON body; 50 slow clients with
-# unbounded reads of large error bodies held +587 MB (issue 9).
-ERROR_PREFIX_BYTES = 64 * 1024
 MAX_ERROR_BYTES = 1 << 20
 # A window outside this range is a misread, not a model.
 MIN_WINDOW, MAX_WINDOW = 16, 100_000_000
@@ -40,23 +37,6 @@ _ERROR_PATTERNS = tuple(
         rb"context length of only (\d+)",  # LM Studio
     )
 )
-
-
-_OVERFLOW = re.compile(
-    rb"context_length_exceeded|maximum context length|context (?:window|size|length)"
-    rb"|too many tokens|exceeds? the (?:available )?context|prompt is too long",
-    re.IGNORECASE,
-)
-
-
-def says_overflow(text: bytes) -> bool:
-    """``text`` (an error's message or code) says the prompt was over the context window."""
-    return bool(_OVERFLOW.search(text))
-
-
-def is_overflow_error(status: int, body: bytes) -> bool:
-    """The answer says the prompt was over the model's context window."""
-    return status in (400, 413, 422) and says_overflow(body[:ERROR_PREFIX_BYTES])
 
 
 def positive(value: object) -> int | None:

@@ -34,7 +34,6 @@ from proxy.compaction.events import WindowDiscovered, WindowLearned
 from proxy.compaction.window_sources import (
     entry_window,
     find_entry,
-    is_overflow_error,
     needs_props,
     positive,
     window_from_error,
@@ -47,6 +46,7 @@ from proxy.state.tenancy import Credentials
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamClient
 from proxy.upstream.content_coding import Decoder
+from proxy.upstream.overflow_answers import is_overflow_error
 
 logger = logging.getLogger("proxy.windows")
 

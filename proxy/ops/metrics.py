@@ -28,6 +28,7 @@ from proxy.compaction.events import (
 from proxy.compaction.windows import ModelRow
 from proxy.core.text import well_formed
 from proxy.events import Listeners
+from proxy.proxying.events import RequestFinished
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -144,6 +145,14 @@ class Metrics:
             "proxy_background_queue_depth", "Background summaries queued or running.", registry=r
         )
 
+    def request_finished(self, event: RequestFinished) -> None:
+        """Counts one proxied request."""
+        self.child(self.requests, event.route, str(event.status)).inc()
+        if event.cut_off:
+            self.child(self.upstream_failures, event.route, "mid_response").inc()
+        if event.upstream_seconds is not None:
+            self.child(self.upstream_latency, event.route).observe(event.upstream_seconds)
+
     def child(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, cached: the lookup is a measurable share of a proxied
         request's CPU (tests/bench/bench_proxy.py). Label values here are few and bounded."""
@@ -154,7 +163,8 @@ class Metrics:
         return found
 
     def subscribe(self, listeners: Listeners) -> None:
-        """Count what compaction tells."""
+        """Count what the routes and compaction tell."""
+        listeners.subscribe(RequestFinished, self.request_finished)
         listeners.subscribe(CompactionDecided, self._compaction)
         listeners.subscribe(SummaryMade, self._summary_made)
         listeners.subscribe(SummaryFailed, self._summary_failed)

@@ -3,9 +3,9 @@
 Off by default (``record.path: null``): with it set, every chat completion request body, as the
 client sent it (its full history, message content included), is appended to a JSONL file with
 the conversation id in a ``conversation`` field. The recorder hears each request as a
-``proxy.events.RequestReceived`` (``subscribe``): the route is not asked to call it. That file holds what users typed and what tools
-returned: it is written only because the operator asked, and should be treated like the
-conversations themselves. Each line is one ``os.write`` on a file opened for appending, so
+``proxy.proxying.events.RequestRead`` (``subscribe``): the route is not asked to call it.
+That file holds what users typed and what tools returned: it is written only because the
+operator asked, and should be treated like the conversations themselves. Each line is one ``os.write`` on a file opened for appending, so
 workers sharing the file do not interleave lines. A failure to write is logged and the request
 goes on.
 """
@@ -17,9 +17,9 @@ import os
 
 from proxy import wirejson
 from proxy.config.settings import RecordSettings
-from proxy.dialects.chat_completions import CHAT, parse_chat_body
 from proxy.errors import ProxyError
-from proxy.events import Listeners, RequestReceived
+from proxy.events import Listeners
+from proxy.proxying.events import RequestRead
 
 logger = logging.getLogger("proxy.recorder")
 
@@ -27,7 +27,7 @@ logger = logging.getLogger("proxy.recorder")
 class Recorder:
     def __init__(self, path: str, *, conversation_header: str) -> None:
         self.path = path
-        self._header = conversation_header.lower().encode()
+        self._header = conversation_header
 
     @classmethod
     def from_settings(cls, record: RecordSettings, *, conversation_header: str) -> Recorder | None:
@@ -35,20 +35,15 @@ class Recorder:
         return cls(path, conversation_header=conversation_header) if path else None
 
     def subscribe(self, listeners: Listeners) -> None:
-        listeners.subscribe(RequestReceived, self.record)
+        listeners.subscribe(RequestRead, self.write)
 
-    def record(self, request: RequestReceived) -> None:
-        """Append a chat completion request (other routes are not recorded)."""
-        if request.route != CHAT.name:
-            return
+    def write(self, request: RequestRead) -> None:
+        """Append a request of a dialect that ``records`` (chat completions)."""
         try:
-            body = parse_chat_body(request.body)
+            body = request.body
         except ProxyError:
             return  # not a chat request anyone could replay; the request path answers it
-        conversation = next(
-            (v.decode("latin-1") for k, v in request.headers.raw if k.lower() == self._header),
-            None,
-        )
+        conversation = request.headers.get(self._header)
         if conversation is not None:
             body = {**body, "conversation": conversation}
         line = wirejson.encode(body) + b"\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.compaction.protocol import PREFIX
-from proxy.upstream.base import RawHeaders
+from proxy.types import RawHeaders
 
 _OURS = PREFIX.encode()  # X-Compaction*: the proxy's own headers
 

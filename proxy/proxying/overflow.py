@@ -1,22 +1,21 @@
-"""Recognising a provider's "your prompt is too long" answer, and holding a response back just
-long enough to look at it.
+"""Holding a response back just long enough to tell whether it says the prompt is too long.
 
-Providers say it differently: OpenAI answers 400 with code ``context_length_exceeded``; vLLM,
-llama.cpp and others put it in the message; llama-cpp-python's server answers an overflowing
-*streamed* request with 200 and an empty body; OpenAI's Responses API may answer a streamed
-request with 200, its opening events and then a ``response.failed`` event carrying
-``context_length_exceeded`` (docs/dialects.md). Only a request the proxy can still compact harder
-is held back: a 400 for the first ``ERROR_PREFIX_BYTES`` of its error body (enough to recognise
-an overflow, and all a client can make us hold, since a longer body is relayed as it arrives,
-prefix first, never buffered whole); a stream until its first event that is not an opening one,
-and at most ``upstream.stream_hold_seconds``. A provider fails an input too long as soon as it
-has read it, while a reasoning model may think for seconds before its first output: past the
-hold its ``response.created`` goes out, so a client showing progress shows it (issue 17). Once it
-is out, the stream is the provider's: a later failure reaches the client as sent (a retry's
-stream is another response, with another id, which the SDKs refuse in the same stream).
+An error answer says it in its text (proxy/upstream/overflow_answers.py). A stream may say it
+too: llama-cpp-python's server answers an overflowing *streamed* request with 200 and an empty
+body; OpenAI's Responses API may answer a streamed request with 200, its opening events and
+then a ``response.failed`` event carrying ``context_length_exceeded`` (docs/dialects.md). Only
+a request the proxy can still compact harder is held back: a 400 for the first
+``ERROR_PREFIX_BYTES`` of its error body (enough to recognise an overflow, and all a client can
+make us hold, since a longer body is relayed as it arrives, prefix first, never buffered whole);
+a stream until its first event that is not an opening one, and at most
+``upstream.stream_hold_seconds``. A provider fails an input too long as soon as it has read it,
+while a reasoning model may think for seconds before its first output: past the hold its
+``response.created`` goes out, so a client showing progress shows it (issue 17). Once it is
+out, the stream is the provider's: a later failure reaches the client as sent (a retry's stream
+is another response, with another id, which the SDKs refuse in the same stream).
 
-What is read is decoded first (proxy/upstream/content_coding.py): providers compress their answers; the
-bytes relayed stay theirs.
+What is read is decoded first (proxy/upstream/content_coding.py): providers compress their
+answers; the bytes relayed stay theirs.
 """
 
 from __future__ import annotations
@@ -24,16 +23,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from proxy.compaction.window_sources import (
-    ERROR_PREFIX_BYTES,
-    is_overflow_error,
-    says_overflow,
-)
-from proxy.upstream.base import RawHeaders, UpstreamResponse
+from proxy.proxying.responses import BufferedResponse, PrefixedResponse, drop_pending
+from proxy.upstream.base import UpstreamResponse
 from proxy.upstream.content_coding import Decoder
+from proxy.upstream.overflow_answers import ERROR_PREFIX_BYTES, is_overflow_error, says_overflow
 
 # The events a Responses stream opens with, before the model's first output or a failure.
 _OPENING = frozenset({b"response.created", b"response.in_progress", b"response.queued"})
@@ -78,61 +73,6 @@ def _failure_is_overflow(name: bytes, data: bytes) -> bool:
     except (ValueError, TypeError, KeyError, AttributeError):
         return False
     return says_overflow(text.encode())
-
-
-class BufferedResponse:
-    """A response whose (small) body was already read."""
-
-    def __init__(self, status: int, headers: RawHeaders, body: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self._body = body
-
-    async def iter_raw(self) -> AsyncIterator[bytes]:
-        yield self._body
-
-    async def read(self) -> bytes:
-        return self._body
-
-    async def aclose(self) -> None:
-        return None
-
-
-class PrefixedResponse:
-    """A streaming response whose first bytes were read ahead: they are sent first, then the
-    rest. ``pending``: the read of the next chunk, already under way when the hold ended."""
-
-    def __init__(
-        self,
-        response: UpstreamResponse,
-        first: bytes,
-        rest: AsyncIterator[bytes],
-        *,
-        pending: asyncio.Future[bytes | None] | None = None,
-    ) -> None:
-        self.status = response.status
-        self.headers = response.headers
-        self._response = response
-        self._first = first
-        self._rest = rest
-        self._pending = pending
-
-    async def iter_raw(self) -> AsyncIterator[bytes]:
-        yield self._first
-        if self._pending is not None:
-            chunk = await self._pending
-            if chunk is None:
-                return
-            yield chunk
-        async for chunk in self._rest:
-            yield chunk
-
-    async def read(self) -> bytes:
-        return b"".join([chunk async for chunk in self.iter_raw()])
-
-    async def aclose(self) -> None:
-        _drop(self._pending)
-        await self._response.aclose()
 
 
 @dataclass
@@ -191,7 +131,7 @@ async def _look_at_stream(response: UpstreamResponse, decoder: Decoder, hold: fl
         try:
             done, _ = await asyncio.wait({pending}, timeout=max(0.0, deadline - loop.time()))
         except BaseException:
-            _drop(pending)
+            drop_pending(pending)
             raise
         if not done:
             return Look(False, PrefixedResponse(response, raw, chunks, pending=pending))
@@ -208,13 +148,3 @@ async def _look_at_stream(response: UpstreamResponse, decoder: Decoder, hold: fl
     await response.aclose()
     # An empty answer to a streamed request is an overflow (llama-cpp-python).
     return Look(not raw, BufferedResponse(response.status, response.headers, raw))
-
-
-def _drop(pending: asyncio.Future[bytes | None] | None) -> None:
-    """Stop a read nobody will wait for; an error it ended with is not reported again."""
-    if pending is None:
-        return
-    if not pending.done():
-        pending.cancel()
-    elif not pending.cancelled():
-        pending.exception()

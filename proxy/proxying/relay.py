@@ -1,71 +1,27 @@
-"""Forwarding mechanics: the upstream URL, relaying a response as it arrives, disconnects.
+"""Relaying to the client: a response as it arrives, an error of ours, and disconnects.
 
 A response is relayed chunk by chunk as the provider sends it (SSE chunks are never buffered or
 re-encoded). A client that disconnects cancels the upstream request: a watcher task waits for
 ``http.disconnect`` and cancels the task doing the forwarding, which closes the provider connection.
-A client that disconnects while its request is being rewritten gets nothing sent upstream.
+A client that disconnects while its request is being decided on gets nothing sent upstream.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from types import TracebackType
-from urllib.parse import unquote
 
-from proxy.errors import InvalidRequest, PayloadTooLarge, ProxyError
+from proxy.errors import ProxyError
 from proxy.proxying.headers import response_headers_downstream
-from proxy.upstream.base import RawHeaders, UpstreamResponse
+from proxy.server.access_log import Exchange
+from proxy.types import RawHeaders, Receive, Send
+from proxy.upstream.base import UpstreamResponse
 
 # Sent with an error that leaves part of the request unread: the client must not reuse the
 # connection (its unread bytes would be taken for the next request).
 CLOSE: RawHeaders = [(b"connection", b"close")]
 
-Scope = dict
-Receive = object  # ASGI callables; kept loose to stay framework-free
-Send = object
-
 CLIENT_CLOSED = 499  # logged when the client went away before a response was sent to it
-
-
-@dataclass
-class Exchange:
-    """What became of one request, filled in as it happens, so that the access log and the
-    metrics tell a request the client cut short as it went (issue 17). As nginx does, a client
-    that leaves once its response has started is logged with that response's status, the bytes
-    it was sent and ``client_left``; 499 means it left before any status was sent."""
-
-    status: int = 500  # what the client was sent (500 until something is)
-    bytes_in: int = 0  # request body bytes read from the client
-    bytes_out: int = 0  # response body bytes sent to the client
-    # Until the provider's response headers; when the client left before they came, until it
-    # left. None: nothing was sent upstream.
-    upstream_ms: float | None = None
-    answered: bool = False  # the provider's response headers came
-    responded: bool = False  # a response status was sent to the client
-    client_left: bool = False  # the client went away after its response started, before its end
-
-
-def upstream_url(base_url: str, scope: Scope, *, strip_prefix: str = "/v1") -> str:
-    """base_url + the request path after /v1 + the query string, from the ASGI scope only.
-
-    The host always comes from the configured base URL; the client's Host header, an
-    absolute-form request target or a body field cannot change it. Dot segments are refused so
-    a path cannot climb out of the base URL's path once a client library normalises it.
-    """
-    raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
-    path = raw_path.decode("latin-1")
-    if path.startswith(strip_prefix):
-        path = path[len(strip_prefix) :]
-    decoded = unquote(path)
-    if "\\" in decoded or any(seg in (".", "..") for seg in decoded.split("/")):
-        raise InvalidRequest("the request path may not contain dot segments", code="invalid_path")
-    url = base_url.rstrip("/") + path
-    query: bytes = scope.get("query_string", b"")
-    if query:
-        url += "?" + query.decode("latin-1")
-    return url
 
 
 class ClientGone(ConnectionResetError):
@@ -145,17 +101,18 @@ async def _disconnected(receive: Receive) -> None:
     """Return once the client has gone; call it only once the request body has been read (then
     ``http.disconnect`` is the only message left, or an empty ``http.request`` after a watcher
     was cancelled mid-receive)."""
-    while (await receive())["type"] != "http.disconnect":  # type: ignore[operator]
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
 class NoticeDisconnect:
     """Notes that the client went away (``gone``), without stopping the work under way.
 
-    Used while a request to compact is rewritten: an inline summary started for it is let
-    finish and stored (the client's retry uses it instead of paying for another), but a client
-    gone by then gets nothing sent upstream, where it would be billed for an answer nobody
-    reads (issue 17). Enter it only once the request body has been read.
+    Used while compaction decides on a request: an inline summary started for it is let finish
+    and stored (the client's retry uses it instead of paying for another), but a client gone by
+    then gets nothing sent upstream, where it would be billed for an answer nobody reads
+    (issue 17). Call ``watch()`` once the request body has been read (the watcher and a body
+    reader must not both call ``receive``); a request whose body is never read is not watched.
     """
 
     def __init__(self, receive: Receive) -> None:
@@ -163,26 +120,33 @@ class NoticeDisconnect:
         self._watcher: asyncio.Task | None = None
         self.gone = False
 
-    async def __aenter__(self) -> NoticeDisconnect:
-        self._watcher = asyncio.create_task(self._watch())
-        return self
+    def watch(self) -> None:
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
         await _disconnected(self._receive)
         self.gone = True
 
+    async def __aenter__(self) -> NoticeDisconnect:
+        return self
+
     async def __aexit__(self, *exc: object) -> None:
-        assert self._watcher is not None
-        self._watcher.cancel()
+        if self._watcher is not None:
+            self._watcher.cancel()
 
 
 async def send_error(
-    send: Send, error: ProxyError, *, extra_headers: RawHeaders = (), body: bytes | None = None
-) -> int:
-    """Answer with an error: ``body`` in the route's dialect, by default OpenAI's shape; returns
-    the body size."""
-    body = error.to_body() if body is None else body
-    await send(  # type: ignore[operator]
+    send: Send,
+    error: ProxyError,
+    exchange: Exchange,
+    *,
+    body: bytes,
+    extra_headers: RawHeaders = (),
+) -> None:
+    """Answer with an error of ours, ``body`` in the route's shape, recording it in ``exchange``."""
+    exchange.status = error.status_code
+    await send(
         {
             "type": "http.response.start",
             "status": error.status_code,
@@ -193,8 +157,8 @@ async def send_error(
             ],
         }
     )
-    await send({"type": "http.response.body", "body": body})  # type: ignore[operator]
-    return len(body)
+    await send({"type": "http.response.body", "body": body})
+    exchange.bytes_out = len(body)
 
 
 async def relay(
@@ -208,45 +172,10 @@ async def relay(
     """
     headers = response_headers_downstream(response.headers)
     headers.extend(extra_headers)
-    await send(  # type: ignore[operator]
-        {"type": "http.response.start", "status": response.status, "headers": headers}
-    )
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
     exchange.status, exchange.responded = response.status, True
     async for chunk in response.iter_raw():
         if chunk:
-            await send(  # type: ignore[operator]
-                {"type": "http.response.body", "body": chunk, "more_body": True}
-            )
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
             exchange.bytes_out += len(chunk)
-    await send({"type": "http.response.body", "body": b"", "more_body": False})  # type: ignore[operator]
-
-
-def body_too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"the request body exceeds {limit} bytes", code="body_too_large")
-
-
-async def stream_request_body(
-    receive: Receive, guard: CancelOnDisconnect, exchange: Exchange, *, limit: int
-) -> AsyncIterator[bytes]:
-    """The client's request body, chunk by chunk, for pass-through routes.
-
-    A body that grows past ``limit`` (chunked, or longer than announced) aborts the upstream
-    request: the provider sees an unfinished upload, never a truncated one as complete.
-    """
-    while True:
-        message = await receive()  # type: ignore[operator]
-        if message["type"] == "http.disconnect":
-            # Never end the body early: a truncated body could reach the provider as complete.
-            guard.client_gone()
-            raise ClientGone("the client disconnected during the request body")
-        chunk = message.get("body", b"")
-        if chunk:
-            exchange.bytes_in += len(chunk)
-            if exchange.bytes_in > limit:
-                error = body_too_large(limit)
-                guard.refuse(error)
-                raise error
-            yield chunk
-        if not message.get("more_body", False):
-            guard.watch()
-            return
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

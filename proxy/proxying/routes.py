@@ -1,357 +1,193 @@
-"""The proxy's ASGI endpoints: the compacted routes (one per dialect), everything else under /v1
-(passed through), and one ``forward()`` that sends upstream and relays the answer for both. Raw ASGI on the hot path: no request/response objects."""
+"""The proxy's ASGI endpoints under /v1: the compacted routes (one per dialect) and every other
+path (passed through). Raw ASGI on the hot path: no request/response objects.
+
+A compacted request crosses into compaction once: the route hands it over (``Incoming``) and
+gets back a ``Decision`` (the body to send, headers to add, what to do after the answer), which
+``forward()`` carries out (docs/architecture.md, "The request path").
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Protocol
 
-from proxy.compaction.calibration import ResponseTail
-from proxy.compaction.decision import ClientRequest, Outgoing, Rewriter
-from proxy.config.settings import Settings
-from proxy.dialects.base import ANTHROPIC, AnthropicWire, Dialect, OpenAIWire, is_anthropic
-from proxy.dialects.chat_completions import CHAT
-from proxy.errors import PayloadTooLarge, ProxyError, UpstreamError
-from proxy.events import RequestReceived
-from proxy.ops.metrics import Metrics
-from proxy.ops.recorder import Recorder
-from proxy.proxying.overflow import look_for_overflow
-from proxy.proxying.relay import (
-    CLIENT_CLOSED,
-    CLOSE,
-    CancelOnDisconnect,
-    Exchange,
-    NoticeDisconnect,
+from proxy.compaction.decision import Decision, Incoming
+from proxy.config.settings import ServerSettings, UpstreamSettings
+from proxy.dialects.base import Dialect
+from proxy.errors import PayloadTooLarge, ProxyError
+from proxy.events import Listeners
+from proxy.proxying.body import (
+    ClientBody,
     body_too_large,
-    relay,
-    send_error,
-    stream_request_body,
+    declared_length,
+    declared_within,
+    has_body,
 )
-from proxy.server.abort import cut_off, was_cut_off
-from proxy.server.access_log import log_request
-from proxy.types import HeaderView
-from proxy.upstream.base import RawHeaders, UpstreamClient, UpstreamResponse
-from proxy.upstream.content_coding import readable_accept_encoding
+from proxy.proxying.events import RequestFinished, RequestRead
+from proxy.proxying.forward import forward
+from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
+from proxy.proxying.targets import Target
+from proxy.server.abort import was_cut_off
+from proxy.server.access_log import Exchange
+from proxy.types import HeaderView, Receive, Scope, Send
+from proxy.upstream.base import UpstreamClient
 
-OPENAI = OpenAIWire()  # every other route under /v1 speaks OpenAI's API
+# A pass-through request: the client's body (if any) goes out as it comes, nothing added.
+PASS_THROUGH = Decision(body=None)
+
+
+class Compaction(Protocol):
+    """Compaction as the routes see it: one call per compacted request."""
+
+    async def decide(self, incoming: Incoming) -> Decision: ...
 
 
 @dataclass
 class Resources:
-    """What the endpoints share; the upstream client is created in the app's lifespan."""
+    """What the routes share: their settings sections, compaction, the listeners of their
+    events, and the upstream client (created in the app's lifespan)."""
 
-    settings: Settings
-    rewriter: Rewriter
-    metrics: Metrics = field(default_factory=Metrics)
-    upstream: UpstreamClient | None = None
-    recorder: Recorder | None = None  # record.path: opt-in, writes message content to disk
-    own_headers: frozenset[bytes] = field(init=False)
+    server: ServerSettings
+    upstream: UpstreamSettings
+    compaction: Compaction
+    listeners: Listeners
+    client: UpstreamClient | None = None
 
-    def __post_init__(self) -> None:
-        self.own_headers = frozenset({self.settings.conversation.header.lower().encode()})
+    def upstream_client(self) -> UpstreamClient:
+        assert self.client is not None, "the upstream client is created in the lifespan"
+        return self.client
 
-    def finish(self, route: str, scope: dict, exchange: Exchange, started: float) -> None:
-        """Count and log one request once it has ended, as it went."""
-        self.metrics.child(self.metrics.requests, route, str(exchange.status)).inc()
-        if was_cut_off():
-            self.metrics.child(self.metrics.upstream_failures, route, "mid_response").inc()
-        if exchange.answered and exchange.upstream_ms is not None:
-            latency = exchange.upstream_ms / 1000
-            self.metrics.child(self.metrics.upstream_latency, route).observe(latency)
-        log_request(
-            method=scope["method"],
-            path=scope["path"],
-            status=exchange.status,
-            bytes_in=exchange.bytes_in,
-            bytes_out=exchange.bytes_out,
-            upstream_ms=exchange.upstream_ms,
-            total_ms=(time.perf_counter() - started) * 1000,
-            **({"client_left": True} if exchange.client_left else {}),
+
+class _Route:
+    """A proxied route: records its request in an ``Exchange`` (the access log writes it out)
+    and tells the listeners how it ended, however it ended."""
+
+    resources: Resources
+    label: str  # the route label of metrics and logs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        exchange = Exchange.begin(scope)
+        try:
+            await self._serve(scope, receive, send, exchange)
+        finally:
+            upstream_ms = exchange.upstream_ms if exchange.answered else None
+            self.resources.listeners.emit(
+                RequestFinished(
+                    route=self.label,
+                    status=exchange.status,
+                    upstream_seconds=None if upstream_ms is None else upstream_ms / 1000,
+                    cut_off=was_cut_off(),
+                )
+            )
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        raise NotImplementedError
+
+
+class CompactedRoute(_Route):
+    """``POST`` to a compacted route (one per dialect: chat completions, Responses, Anthropic
+    Messages): compaction decides what to send, ``forward()`` sends it and relays the answer.
+
+    When the provider answers that the context is too long, compaction may replace the request
+    once with a smaller one; the client sees only the second answer.
+    """
+
+    def __init__(self, resources: Resources, dialect: Dialect, target: Target) -> None:
+        self.resources = resources
+        self.dialect = dialect
+        self.target = target
+        self.label = dialect.name
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        res, dialect = self.resources, self.dialect
+        headers = HeaderView.of(scope["headers"])
+        target = self.target.resolve(headers)
+        limit = res.server.max_body_bytes
+        notice = NoticeDisconnect(receive)
+        body = ClientBody(receive, headers, limit=limit, exchange=exchange, after_read=notice.watch)
+        # Only the dialects whose bodies make transcripts are recorded, and only when asked.
+        recording = dialect.records and res.listeners.wants(RequestRead)
+        incoming = Incoming(
+            headers=headers,
+            body=body,
+            dialect=dialect,
+            credentials=target.caller_credentials(headers),
+            # A body compaction leaves alone streams through unread, unless it is recorded.
+            streamable=declared_within(headers, limit) and not recording,
+        )
+        try:
+            url = target.url(scope)
+            async with notice:
+                if recording:
+                    res.listeners.emit(RequestRead(headers, await body.read(), dialect))
+                decision = await res.compaction.decide(incoming)
+            if notice.gone:  # nothing sent for a client that has left (issue 17)
+                exchange.status = CLIENT_CLOSED
+                return
+        except ProxyError as error:
+            await send_error(send, error, exchange, body=dialect.error_body(error))
+            return
+        except ConnectionResetError:
+            exchange.status = CLIENT_CLOSED
+            return
+        if decision.body is None and body.was_read:
+            # Read already (compaction looked, and sends it as it came): it cannot stream again.
+            decision = replace(decision, body=await body.read())
+        await forward(
+            upstream=res.upstream_client(),
+            method="POST",
+            url=url,
+            # A body read whole goes out with the length the upstream client gives it.
+            headers=target.headers(headers, drop_content_length=decision.body is not None),
+            decision=decision,
+            receive=receive,
+            send=send,
+            exchange=exchange,
+            max_body_bytes=limit,
+            stream_hold_seconds=res.upstream.stream_hold_seconds,
+            route=dialect.name,
+            error_body=dialect.error_body,
         )
 
 
-async def read_body(receive: Any, scope: dict, limit: int) -> bytes:
-    """The whole request body, refusing more than ``limit`` bytes without reading it all."""
-    for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise PayloadTooLarge(f"the request body exceeds {limit} bytes", code="body_too_large")
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionResetError("the client disconnected during the request body")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"the request body exceeds {limit} bytes", code="body_too_large")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-class CompactedRoute:
-    """``POST`` to a compacted route (one per dialect: chat completions, Responses, Anthropic
-    Messages): parse, rewrite (the compaction hook), forward, relay.
-
-    When the rewrite offers a retry and the provider answers that the context is too long, the
-    request is compacted harder and sent once more; the client sees only the second answer.
-    """
-
-    def __init__(self, resources: Resources, dialect: Dialect) -> None:
-        self.resources = resources
-        self.dialect = dialect
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        res, dialect = self.resources, self.dialect
-        started = time.perf_counter()
-        exchange = Exchange()
-        try:
-            limit = res.settings.server.max_body_bytes
-            recorded = res.recorder is not None and dialect is CHAT
-            # A request compaction leaves alone streams through, unless it is to be recorded.
-            streams = _declared(scope, limit) and not recorded
-            kept = res.rewriter.untouched(scope["headers"]) if streams else None
-            try:
-                url = dialect.upstream_url(res.settings, scope)
-                if kept is None:
-                    raw = await read_body(receive, scope, limit)
-                    exchange.bytes_in = len(raw)
-                    view = HeaderView.of(scope["headers"])
-                    request = ClientRequest(
-                        raw=raw,
-                        headers=scope["headers"],
-                        dialect=dialect,
-                        credentials=dialect.caller_credentials(view.values, res.settings),
-                    )
-                    if recorded:
-                        res.recorder.record(RequestReceived(dialect.name, view, raw))  # type: ignore[union-attr]
-                    async with NoticeDisconnect(receive) as watch:
-                        outgoing = await res.rewriter.rewrite(request)
-                    if watch.gone:  # nothing sent for a client that has left (issue 17)
-                        exchange.status = CLIENT_CLOSED
-                        return
-            except ProxyError as error:
-                exchange.status = error.status_code
-                exchange.bytes_out = await send_error(send, error, body=dialect.error_body(error))
-                return
-            except ConnectionResetError:
-                exchange.status = CLIENT_CLOSED
-                return
-            headers = dialect.upstream_headers(
-                scope["headers"],
-                res.settings,
-                own_headers=res.own_headers,
-                drop_content_length=kept is None,
-            )
-            body: dict[str, Any]
-            if kept is not None:
-                # Never held or parsed (issue 9): streamed through like any other /v1 route.
-                body = {"streamed": True, "max_body_bytes": limit, "extra_headers": kept}
-            else:
-                # Only a parsed body offers a retry: never parse one just for this.
-                streaming = outgoing.retry is not None and request.body.get("stream") is True
-                hold = res.settings.upstream.stream_hold_seconds
-                body = {"outgoing": outgoing, "streaming": streaming, "stream_hold_seconds": hold}
-            await forward(
-                res.upstream,
-                "POST",
-                url,
-                headers,
-                receive,
-                send,
-                exchange,
-                route=dialect.name,
-                error_body=dialect.error_body,
-                **body,
-            )
-        finally:
-            res.finish(dialect.name, scope, exchange, started)
-
-
-class PassThrough:
+class PassThrough(_Route):
     """Every other method and path under /v1: bodies streamed both ways, nothing changed.
-    ``wire``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens, and for
+    ``target``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens, and for
     any request carrying ``anthropic-version``: the anthropic SDK's models, files, batches)."""
 
-    def __init__(
-        self, resources: Resources, wire: Dialect | OpenAIWire | AnthropicWire = OPENAI
-    ) -> None:
+    def __init__(self, resources: Resources, target: Target) -> None:
         self.resources = resources
-        self.wire = wire
+        self.target = target
+        self.label = "passthrough"
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         res = self.resources
-        wire = ANTHROPIC if is_anthropic(scope["headers"]) else self.wire
-        started = time.perf_counter()
-        exchange = Exchange()
+        headers = HeaderView.of(scope["headers"])
+        target = self.target.resolve(headers)
         try:
-            try:
-                url = wire.upstream_url(res.settings, scope)
-            except ProxyError as error:
-                exchange.status = error.status_code
-                exchange.bytes_out = await send_error(send, error, body=wire.error_body(error))
-                return
-            headers = wire.upstream_headers(
-                scope["headers"], res.settings, own_headers=res.own_headers
-            )
-            limit = res.settings.server.max_body_bytes
-            if _declared_length(scope) > limit:
-                # Refused on the head alone: not one byte of it reaches the provider.
-                exchange.status = PayloadTooLarge.status_code
-                error = body_too_large(limit)
-                exchange.bytes_out = await send_error(
-                    send, error, extra_headers=CLOSE, body=wire.error_body(error)
-                )
-                return
-            await forward(
-                res.upstream,
-                scope["method"],
-                url,
-                headers,
-                receive,
-                send,
-                exchange,
-                streamed=_has_body(scope),
-                max_body_bytes=limit,
-                error_body=wire.error_body,
-            )
-        finally:
-            res.finish("passthrough", scope, exchange, started)
-
-
-def _declared_length(scope: dict) -> int:
-    for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit():
-            return int(value)
-    return 0
-
-
-def _declared(scope: dict, limit: int) -> bool:
-    """The body's length is declared and within ``limit`` (the server holds the client to it),
-    so it may stream through; otherwise it is read whole, where the limit is enforced."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return value.isdigit() and int(value) <= limit
-    return False
-
-
-def _has_body(scope: dict) -> bool:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return value != b"0"
-        if name == b"transfer-encoding":
-            return True
-    return False
-
-
-async def forward(
-    upstream: UpstreamClient | None,
-    method: str,
-    url: str,
-    headers: RawHeaders,
-    receive: Any,
-    send: Any,
-    exchange: Exchange,
-    *,
-    outgoing: Outgoing | None = None,
-    streaming: bool = False,
-    stream_hold_seconds: float = 0.0,
-    streamed: bool = False,
-    max_body_bytes: int = 0,
-    extra_headers: RawHeaders = (),
-    route: str = "passthrough",
-    error_body: Callable[[ProxyError], bytes] | None = None,
-) -> None:
-    """Send upstream and relay back, recording in ``exchange`` what happened.
-
-    The request body is ``outgoing.body`` (a request read whole and rewritten: its response
-    headers are added, its retry is tried once on a context overflow, its observer sees the
-    answer and its ``after`` runs once the response is relayed); else, when ``streamed``, it is
-    streamed from ``receive`` (and counted), a body growing past ``max_body_bytes`` aborting
-    the upstream request (the client gets a 413 if the provider has not answered yet); else the
-    request has no body. ``streaming``: the client asked for SSE (an overflow may then show in
-    the stream, looked for at most ``stream_hold_seconds``). The provider is asked only for
-    codings the proxy can read where it reads the answer. Errors of ours are shaped by
-    ``error_body``.
-    """
-    assert upstream is not None, "the upstream client is created in the lifespan"
-    started = time.perf_counter()
-    streamed = outgoing is None and streamed
-    answer: ResponseTail | UpstreamResponse | None = None  # the provider's, once it answers
-    async with CancelOnDisconnect(receive, watch_now=not streamed) as guard:
-        body: bytes | AsyncIterator[bytes] | None = None
-        if outgoing is not None:
-            body, extra_headers = outgoing.body, outgoing.response_headers
-            if outgoing.observe is not None or outgoing.retry is not None:
-                headers = readable_accept_encoding(headers)
-        elif streamed:
-            body = stream_request_body(receive, guard, exchange, limit=max_body_bytes)
-        try:
-            response = await upstream.send(method, url, headers, body)
-            if outgoing is not None and outgoing.retry is not None:
-                look = await look_for_overflow(
-                    response, streaming=streaming, hold_seconds=stream_hold_seconds
-                )
-                response = look.response
-                if look.overflowed and response.status >= 400 and outgoing.observe is not None:
-                    # The answer may state the window: learned before the retry plans.
-                    outgoing.observe(response.status, response.headers, look.error)
-                retried = await outgoing.retry() if look.overflowed else None
-                if retried is not None:
-                    await response.aclose()
-                    outgoing, extra_headers = retried, retried.response_headers
-                    response = await upstream.send(method, url, headers, outgoing.body)
+            url = target.url(scope)
         except ProxyError as error:
-            close = CLOSE if error is guard.refused else ()
-            shaped = error_body(error) if error_body is not None else None
-            exchange.status = error.status_code
-            exchange.bytes_out = await send_error(send, error, extra_headers=close, body=shaped)
+            await send_error(send, error, exchange, body=target.error_body(error))
             return
-        exchange.upstream_ms = (time.perf_counter() - started) * 1000
-        exchange.answered = True
-        answer = response
-        if outgoing is not None and outgoing.observe is not None:
-            response = answer = ResponseTail(response)
-        try:
-            await relay(response, send, exchange, extra_headers=extra_headers)
-        except UpstreamError as error:
-            # Headers are out: all that is left is to end the client's connection unfinished.
-            exchange.status = cut_off(error, route=route)
+        limit = res.server.max_body_bytes
+        if declared_length(headers) > limit:
+            # Refused on the head alone: not one byte of it reaches the provider.
+            error: PayloadTooLarge = body_too_large(limit)
+            await send_error(
+                send, error, exchange, extra_headers=CLOSE, body=target.error_body(error)
+            )
             return
-        finally:
-            await response.aclose()
-        _after_response(outgoing, answer)
-        return
-    # Reached only when the client disconnected, or its body outgrew the limit.
-    if guard.refused is not None and not exchange.answered:  # a 413, not a 499
-        error = guard.refused
-        shaped = error_body(error) if error_body is not None else None
-        exchange.status = error.status_code
-        exchange.bytes_out = await send_error(send, error, extra_headers=CLOSE, body=shaped)
-        return
-    if exchange.responded:
-        exchange.client_left = True
-        # The provider answered and the turn happened: openai-python, for one, closes a stream
-        # as soon as it reads `data: [DONE]`, often before the provider's body has ended.
-        _after_response(outgoing, answer)
-        return
-    exchange.status = CLIENT_CLOSED
-    if exchange.upstream_ms is None:  # it left while the provider had not answered
-        exchange.upstream_ms = (time.perf_counter() - started) * 1000
-
-
-def _after_response(
-    outgoing: Outgoing | None, answer: ResponseTail | UpstreamResponse | None
-) -> None:
-    """What the rewrite asked for once the provider has answered: its observer sees the answer
-    (the end of it, for usage), and its ``after`` work (the ahead-of-time summary) is queued
-    unless the provider refused the request."""
-    if outgoing is None or answer is None:
-        return
-    if outgoing.observe is not None and isinstance(answer, ResponseTail):
-        outgoing.observe(answer.status, answer.headers, answer.tail())
-    if outgoing.after is not None and answer.status < 400:
-        outgoing.after()
+        await forward(
+            upstream=res.upstream_client(),
+            method=scope["method"],
+            url=url,
+            headers=target.headers(headers),
+            decision=PASS_THROUGH,
+            client_body=has_body(headers),
+            receive=receive,
+            send=send,
+            exchange=exchange,
+            max_body_bytes=limit,
+            route="passthrough",
+            error_body=target.error_body,
+        )

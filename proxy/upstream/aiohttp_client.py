@@ -10,7 +10,8 @@ from multidict import CIMultiDict
 
 from proxy.config.settings import UpstreamSettings
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from proxy.upstream.base import Body, RawHeaders
+from proxy.types import RawHeaders
+from proxy.upstream.base import Body
 
 # aiohttp adds these unless told not to; the provider must see only what the client sent.
 _SKIP_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import zlib
 
-from proxy.upstream.base import RawHeaders
+from proxy.types import RawHeaders
 
 IDENTITY = b"identity"
 READABLE = frozenset({b"gzip", b"x-gzip", b"deflate"})

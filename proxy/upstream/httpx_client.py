@@ -8,7 +8,8 @@ import httpx
 
 from proxy.config.settings import UpstreamSettings
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from proxy.upstream.base import Body, RawHeaders
+from proxy.types import RawHeaders
+from proxy.upstream.base import Body
 
 
 def _map_error(exc: httpx.HTTPError) -> UpstreamError:

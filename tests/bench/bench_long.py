@@ -262,7 +262,7 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
                         headers=view,
                         body=Body(),
                         dialect=CHAT,
-                        credentials=CHAT.caller_credentials(view.values, settings),
+                        credentials={},
                         streamable=False,
                     )
                 )

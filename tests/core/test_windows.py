@@ -12,7 +12,6 @@ import pytest
 
 from proxy.compaction.calibration import (
     Calibration,
-    ResponseTail,
     calibrated_policy,
     effective_window,
     prompt_tokens,
@@ -21,7 +20,7 @@ from proxy.compaction.window_sources import entry_window, find_entry, window_fro
 from proxy.compaction.windows import ModelWindows, relies_on_window, startup_warnings
 from proxy.config.settings import CalibrationSettings, Settings, parse_settings
 from proxy.core.policy import PolicySettings
-from proxy.proxying.overflow import BufferedResponse
+from proxy.proxying.responses import BufferedResponse, ResponseTail
 
 # --- /models entries, as each server writes them ---------------------------------------------
 

@@ -10,7 +10,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.config.settings import parse_settings
 from proxy.proxying.headers import request_headers_upstream, response_headers_downstream
-from proxy.proxying.relay import upstream_url
+from proxy.proxying.targets import upstream_url
 
 BASE = "http://provider.test/v1"
 
