@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mock_upstream import MockUpstream, completion, json_reply
-from tests.servers import ThreadedUvicorn
+from tests.support.config import config_yaml
+from tests.support.mock_upstream import MockUpstream, completion, json_reply
 
 SYSTEM = "You are a coding agent working on the shop repository."
 MESSAGES = [
@@ -46,15 +46,14 @@ MESSAGES = [
     },
     {"role": "tool", "tool_call_id": "call_tests", "content": "42 passed in 1.2s"},
 ]
-CONFIG = """
-policies:
-  default:
-    trigger: {input_tokens: 400, on_tool_success: [run_tests]}
-    keep: {interactions: 1}
-  gentle:
-    strategy: neuralyze
-    trigger: {input_tokens: 100000}
-"""
+POLICIES = {
+    "default": {
+        "trigger": {"input_tokens": 400, "on_tool_success": ["run_tests"]},
+        "keep": {"interactions": 1},
+    },
+    "gentle": {"strategy": "neuralyze", "trigger": {"input_tokens": 100000}},
+}
+CONFIG = config_yaml(policies=POLICIES)
 
 
 def run_cli(*args: str, openai_key: str | None = None) -> subprocess.CompletedProcess:
@@ -150,19 +149,22 @@ def test_simulate_shows_a_lone_surrogate_as_its_escape(files: tuple[Path, Path])
 
 
 def test_simulate_summarize_calls_the_summarizer_and_shows_the_summary(
-    files: tuple[Path, Path],
+    files: tuple[Path, Path], mock: MockUpstream
 ) -> None:
     conversation, _ = files
-    upstream = MockUpstream()
+    upstream = mock
     summary = "The user reported SHOP-812; the coupon was moved before rounding."
     upstream.push(json_reply(completion(summary)))
-    with ThreadedUvicorn(upstream) as server:
-        config = conversation.with_name("summarize.yaml")
-        config.write_text(
-            f"upstream: {{base_url: '{server.url}/v1', api_key: sk-test-key}}\n"
-            "summarizer: {model: summary-model}\n" + CONFIG
+    config = conversation.with_name("summarize.yaml")
+    config.write_text(
+        config_yaml(
+            provider=mock.url,
+            upstream={"api_key": "sk-test-key"},
+            summarizer={"model": "summary-model"},
+            policies=POLICIES,
         )
-        result = run_cli(str(conversation), "--config", str(config), "--summarize")
+    )
+    result = run_cli(str(conversation), "--config", str(config), "--summarize")
     assert result.returncode == 0, result.stderr
     # The provider received exactly one summarizer call, with the old turns and the key.
     calls = upstream.chat_requests()
@@ -182,16 +184,17 @@ def test_simulate_summarize_calls_the_summarizer_and_shows_the_summary(
     assert "messages 10 -> 5" in out
 
 
-def test_simulate_summarize_reports_a_failing_summarizer(files: tuple[Path, Path]) -> None:
+def test_simulate_summarize_reports_a_failing_summarizer(
+    files: tuple[Path, Path], mock: MockUpstream
+) -> None:
     conversation, _ = files
-    upstream = MockUpstream()
+    upstream = mock
     upstream.push(json_reply({"error": {"message": "overloaded"}}, status=503))
-    with ThreadedUvicorn(upstream) as server:
-        config = conversation.with_name("failing.yaml")
-        config.write_text(f"upstream: {{base_url: '{server.url}/v1'}}\n" + CONFIG)
-        result = run_cli(
-            str(conversation), "--config", str(config), "--summarize", openai_key="sk-from-env"
-        )
+    config = conversation.with_name("failing.yaml")
+    config.write_text(config_yaml(provider=mock.url, policies=POLICIES))
+    result = run_cli(
+        str(conversation), "--config", str(config), "--summarize", openai_key="sk-from-env"
+    )
     assert result.returncode == 1
     assert "the summary failed: summarizer returned HTTP 503" in result.stderr
     assert "Traceback" not in result.stderr
@@ -204,7 +207,7 @@ def test_simulate_says_where_the_window_comes_from(files: tuple[Path, Path]) -> 
     conversation, config = files
     out = run_cli(str(conversation), "--config", str(config)).stdout
     assert "model gpt-4o (window 128000 from the built-in table, o200k_base)" in out
-    config.write_text(CONFIG + 'models: {"acme*": {context_window: 4096}}\n')
+    config.write_text(config_yaml(policies=POLICIES, models={"acme*": {"context_window": 4096}}))
     out = run_cli(str(conversation), "--config", str(config), "--model", "acme-7b").stdout
     assert "model acme-7b (window 4096 from the config table" in out
     out = run_cli(str(conversation), "--config", str(config), "--model", "mystery").stdout
@@ -252,22 +255,25 @@ def test_simulate_says_when_a_fired_trigger_is_blocked(
     assert "FIRED, blocked" in out and "X-Compaction: blocked" in out
 
 
-def test_simulate_summarize_uses_the_policys_own_summarizer(files: tuple[Path, Path]) -> None:
+def test_simulate_summarize_uses_the_policys_own_summarizer(
+    files: tuple[Path, Path], mock: MockUpstream
+) -> None:
     conversation, _ = files
-    upstream = MockUpstream()
+    upstream = mock
     upstream.push(json_reply(completion("The coupon was moved before rounding.")))
-    with ThreadedUvicorn(upstream) as server:
-        config = conversation.with_name("own.yaml")
-        config.write_text(
-            f"upstream: {{base_url: '{server.url}/v1', api_key: sk-test-key}}\n"
-            "summarizer: {model: summary-model}\n"
-            + CONFIG.replace(
-                "keep: {interactions: 1}",
-                "keep: {interactions: 1}\n    summarizer: {model: $request, prompt: OWN-PROMPT}",
-            )
+    config = conversation.with_name("own.yaml")
+    own = {"summarizer": {"model": "$request", "prompt": "OWN-PROMPT"}}
+    config.write_text(
+        config_yaml(
+            {"policies": POLICIES},
+            provider=mock.url,
+            upstream={"api_key": "sk-test-key"},
+            summarizer={"model": "summary-model"},
+            policies={"default": own},
         )
-        shown = run_cli(str(conversation), "--config", str(config))
-        result = run_cli(str(conversation), "--config", str(config), "--summarize")
+    )
+    shown = run_cli(str(conversation), "--config", str(config))
+    result = run_cli(str(conversation), "--config", str(config), "--summarize")
     assert "would be summarized by gpt-4o at" in shown.stdout
     assert result.returncode == 0, result.stderr
     (call,) = upstream.chat_requests()

@@ -18,7 +18,7 @@ from proxy.config.settings import SummarizerSettings
 from proxy.core.summary_message import TAG_PATTERN, render_summary_message
 from proxy.core.tokens import TokenCounter
 from proxy.errors import SummarizerError
-from tests.core.conftest import assistant, tool, user
+from tests.support.messages import assistant, tool, user
 
 BASE = "https://summarizer.test/v1"
 TRANSCRIPT = [

@@ -15,9 +15,17 @@ import threading
 from typing import Any
 
 from proxy.tools.evaluation.scoring import normalise
-from tests.mock_upstream import MockUpstream, Received, Reply, completion, default_reply, json_reply
+from tests.support.config import SUMMARIZER_MODEL
+from tests.support.mock_upstream import (
+    MockUpstream,
+    Received,
+    Reply,
+    completion,
+    default_reply,
+    json_reply,
+)
 
-SUMMARIZER = "mock-summarizer"
+SUMMARIZER = SUMMARIZER_MODEL
 ANSWERER = "mock-answerer"
 JUDGE = "mock-judge"
 DONT_KNOW = "I don't know."

@@ -2,47 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from proxy.cli import main
 from proxy.compaction.summarizer import identifiers
 from proxy.tools.evaluation.synthetic import builtin_transcripts
-from tests.evaluation.provider import ANSWERER, SUMMARIZER, EvalProvider
-from tests.mock_upstream import MockUpstream
+from tests.evaluation.command import run_eval, write_config
+from tests.evaluation.provider import EvalProvider
+from tests.support.mock_upstream import MockUpstream
 
 SIZES = {"rounds": 30, "turns": 20, "documents": 6}
 SIZE_ARGS = ["--agent-rounds", "30", "--chat-turns", "20", "--documents", "6"]
 KEPT_CATEGORY = "decision"  # the extractive summarizer keeps the lines holding these answers
-CONFIG = f"""
-summarizer: {{model: {SUMMARIZER}, max_summary_tokens: 512}}
-policies:
-  default:
-    strategy: summarize
-    mode: inline
-    trigger: {{context_fraction: 0, messages: 12}}
-    keep: {{interactions: 1}}
-  drop:
-    strategy: neuralyze
-    trigger: {{context_fraction: 0, messages: 12}}
-    keep: {{interactions: 1}}
-"""
-
-
-def write_config(tmp_path: Path, mock: MockUpstream, extra: str = "") -> str:
-    path = tmp_path / "proxy.yaml"
-    url = mock.url  # type: ignore[attr-defined]
-    path.write_text(f"upstream: {{base_url: '{url}/v1'}}\n{CONFIG}{extra}")
-    return str(path)
-
-
-def run_eval(tmp_path: Path, config: str, *args: str) -> dict[str, Any]:
-    """Run ``eval`` as a user would; the JSON report it wrote."""
-    out = tmp_path / "report.json"
-    code = main(["eval", "--config", config, "--model", ANSWERER, "--out", str(out), *args])
-    assert code == 0
-    return json.loads(out.read_text())
 
 
 def test_accuracies_are_what_the_summary_kept(tmp_path: Path, mock: MockUpstream, capsys) -> None:

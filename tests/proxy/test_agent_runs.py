@@ -17,11 +17,11 @@ import httpx
 import openai
 import pytest
 
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider
-from tests.proxy.test_compaction_e2e import admin_get, client_for, redis_url, store_url  # noqa: F401
-from tests.servers import ThreadedUvicorn
-from tests.settle import settle
+from tests.support.clients import admin_get, openai_client
+from tests.support.config import AGENT_RUN, summarizing
+from tests.support.provider import SYSTEM, Provider, tool_output
+from tests.support.servers import ThreadedUvicorn
+from tests.support.settle import settle
 
 TASK = {"role": "user", "content": "AGENT: fix the failing tests"}
 TOOLS = [
@@ -30,37 +30,6 @@ TOOLS = [
         "function": {"name": "run_tests", "parameters": {"type": "object", "properties": {}}},
     }
 ]
-ADMIN = "admin-token-for-tests"
-
-
-def config(
-    store: str = "memory://", *, mode: str = "inline", policy: str = "", models: str = ""
-) -> str:
-    policy = (
-        policy
-        or """
-    trigger: {input_tokens: 3000, context_fraction: 0}
-    keep: {tokens: 1500}"""
-    )
-    return f"""
-store: {{url: "{store}", tenant_secret: "tests-tenant-secret-0123456789", max_checkpoints: 32}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
-admin: {{token: {ADMIN}}}
-policies:
-  default:
-    strategy: summarize
-    mode: {mode}{policy}
-{models}
-"""
-
-
-def tool_output(n: int) -> str:
-    """A test run's output: ~300-500 tokens, different every round."""
-    lines = 15 + (n * 7) % 10
-    return f"run {n}\n" + "".join(
-        f"FAILED tests/test_mod_{n}.py::test_case_{i} - AssertionError: expected {i}, got {i + n}\n"
-        for i in range(lines)
-    )
 
 
 def run_agent(
@@ -94,7 +63,7 @@ def run_agent(
 def background_idle(server: ThreadedUvicorn) -> Callable[[], None]:
     """Waits (bounded) until the proxy is done with every chat request answered so far and has no
     summary queued or running: an agent whose rounds take longer than a summary, whatever the
-    load on the test machine (tests/settle.py)."""
+    load on the test machine (tests/support/settle.py)."""
     answered = [0]
 
     def wait() -> None:
@@ -130,18 +99,18 @@ def chat_prompts(provider: Provider) -> list[list[dict[str, Any]]]:
 def test_one_task_with_many_tool_rounds_is_compacted(
     mock,
     start_proxy,
-    store_url: str,  # noqa: F811 (the fixture imported above)
+    store_url: str,
     mode: str,
 ) -> None:
     """The issue's reproduction: input_tokens 3000, keep.tokens 1500, one task, 35 rounds. It
     used to grow to 14k tokens with every response ``skipped`` and no summarizer call."""
     provider = Provider(mock)
     provider.window_tokens = 1_000_000  # only to count what the provider receives
-    server = start_proxy(settings_for(mock.url, config(store_url, mode=mode)))
+    server = start_proxy(summarizing(mock.url, store_url, policy=AGENT_RUN, mode=mode))
     # Ahead of time, a prompt outgrows the trigger only while its summary is being made; the
     # agent here takes longer per round than a summary, so the bound below holds on any machine.
     between = background_idle(server) if mode == "ahead" else None
-    history, seen = run_agent(client_for(server, "agent-1"), 35, between=between)
+    history, seen = run_agent(openai_client(server, "agent-1"), 35, between=between)
 
     outcomes = [h["x-compaction"] for h in seen]
     assert "applied" in outcomes and "failed" not in outcomes and "blocked" not in outcomes
@@ -170,10 +139,10 @@ def test_one_task_with_many_tool_rounds_is_compacted(
     )
 
 
-def test_forks_of_a_partly_summarized_task(mock, start_proxy, store_url: str) -> None:  # noqa: F811
+def test_forks_of_a_partly_summarized_task(mock, start_proxy, store_url: str) -> None:
     provider = Provider(mock)
-    server = start_proxy(settings_for(mock.url, config(store_url)))
-    client = client_for(server, "agent-fork")
+    server = start_proxy(summarizing(mock.url, store_url, policy=AGENT_RUN))
+    client = openai_client(server, "agent-fork")
     history, _ = run_agent(client, 30)
     record = admin_get(server, "/conversations/agent-fork").json()
     deepest = max(c["covered_messages"] for c in record["checkpoints"])
@@ -208,13 +177,17 @@ def test_a_single_task_over_the_window_never_reaches_the_client_as_an_error(
     provider = Provider(mock)
     provider.window_tokens = 4000
     if known_window:
-        text = config(policy="", models='models: {"gpt-4o*": {context_window: 4000}}')
-        text = text.replace("    trigger: {input_tokens: 3000, context_fraction: 0}\n", "")
-        text = text.replace("    keep: {tokens: 1500}", "    keep: {interactions: 2}")
+        settings = summarizing(
+            mock.url,
+            policy={"strategy": "summarize", "keep": {"interactions": 2}},
+            models={"gpt-4o*": {"context_window": 4000}},
+        )
     else:
-        text = config(policy="\n    trigger: {context_fraction: 0}")
-    server = start_proxy(settings_for(mock.url, text))
-    history, seen = run_agent(client_for(server, "agent-window"), 30)
+        settings = summarizing(
+            mock.url, policy={"strategy": "summarize", "trigger": {"context_fraction": 0}}
+        )
+    server = start_proxy(settings)
+    history, seen = run_agent(openai_client(server, "agent-window"), 30)
 
     assert sum(provider.prompt_tokens) > 3 * 4000  # the run is far longer than the window
     for prompt in chat_prompts(provider):
@@ -231,9 +204,9 @@ def test_a_single_task_over_the_window_never_reaches_the_client_as_an_error(
 
 def test_a_trigger_with_nothing_to_cut_says_blocked_and_is_counted(mock, start_proxy) -> None:
     Provider(mock)
-    server = start_proxy(settings_for(mock.url, config()))
+    server = start_proxy(summarizing(mock.url, policy=AGENT_RUN))
     huge = {"role": "user", "content": "Please review this log: " + "error line " * 2000}
-    raw = client_for(server, "blocked-1").chat.completions.with_raw_response.create(
+    raw = openai_client(server, "blocked-1").chat.completions.with_raw_response.create(
         model="gpt-4o", messages=[SYSTEM, huge]
     )
     assert raw.headers["x-compaction"] == "blocked"

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.mock_upstream import MockUpstream, sse_chunks, sse_reply
-from tests.servers import free_port, wait_for_port
+from tests.support.config import config_yaml
+from tests.support.mock_upstream import sse_chunks, sse_reply
+from tests.support.servers import free_port, wait_for_port
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -91,16 +91,6 @@ def test_env_overrides_upstream(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["upstream"]["base_url"] == "http://10.0.0.1:8000/v1"
 
 
-@pytest.fixture
-def mock_server():
-    from tests.servers import ThreadedUvicorn
-
-    upstream = MockUpstream()
-    with ThreadedUvicorn(upstream) as server:
-        upstream.url = server.url  # type: ignore[attr-defined]
-        yield upstream
-
-
 def start_serve(tmp_path: Path, config_text: str) -> tuple[subprocess.Popen, int]:
     """`python -m proxy serve` as a user runs it, logs on a pipe; (process, port)."""
     port = free_port()
@@ -115,17 +105,17 @@ def start_serve(tmp_path: Path, config_text: str) -> tuple[subprocess.Popen, int
     return process, port
 
 
-def test_serve_runs_and_drains_streams_on_sigterm(tmp_path: Path, mock_server) -> None:
+def test_serve_runs_and_drains_streams_on_sigterm(tmp_path: Path, mock) -> None:
     process, port = start_serve(
         tmp_path,
-        f"upstream: {{base_url: '{mock_server.url}/v1'}}\nserver: {{shutdown_grace_seconds: 10}}\n",
+        config_yaml(provider=mock.url, server={"shutdown_grace_seconds": 10}),
     )
     try:
         wait_for_port(port, timeout=20)
         base = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{base}/healthz").json() == {"status": "ok"}
 
-        mock_server.push(sse_reply(sse_chunks(["one", "two", "three"], pause=0.4)))
+        mock.push(sse_reply(sse_chunks(["one", "two", "three"], pause=0.4)))
         received: list[bytes] = []
 
         def stream() -> None:
@@ -165,9 +155,9 @@ def test_serve_runs_and_drains_streams_on_sigterm(tmp_path: Path, mock_server) -
     assert "secret words" not in logs
 
 
-def test_access_log_can_be_switched_off(tmp_path: Path, mock_server) -> None:
+def test_access_log_can_be_switched_off(tmp_path: Path, mock) -> None:
     process, port = start_serve(
-        tmp_path, f"upstream: {{base_url: '{mock_server.url}/v1'}}\nserver: {{access_log: false}}\n"
+        tmp_path, config_yaml(provider=mock.url, server={"access_log": False})
     )
     try:
         wait_for_port(port, timeout=20)
@@ -186,14 +176,15 @@ def test_access_log_can_be_switched_off(tmp_path: Path, mock_server) -> None:
     assert " proxy.access " not in logs
 
 
-def test_serve_bounds_slow_clients(tmp_path: Path, mock_server) -> None:
+def test_serve_bounds_slow_clients(tmp_path: Path, mock) -> None:
     """The limits of issue 9 hold under `serve` itself (the wire tests share its options)."""
     import socket
 
     process, port = start_serve(
         tmp_path,
-        f"upstream: {{base_url: '{mock_server.url}/v1'}}\n"
-        "server: {header_timeout_seconds: 1, body_idle_timeout_seconds: 1}\n",
+        config_yaml(
+            provider=mock.url, server={"header_timeout_seconds": 1, "body_idle_timeout_seconds": 1}
+        ),
     )
     try:
         wait_for_port(port, timeout=20)
@@ -203,7 +194,7 @@ def test_serve_bounds_slow_clients(tmp_path: Path, mock_server) -> None:
                 sock.sendall(request)  # a silent client, then a stalled body
                 answers.append(sock.recv(200))
         assert [a[:12] for a in answers] == [b"HTTP/1.1 408"] * 2
-        assert mock_server.received == []
+        assert mock.received == []
     finally:
         process.terminate()
         process.wait(timeout=20)

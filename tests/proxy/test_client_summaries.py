@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import openai
 
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SYSTEM, Provider
-from tests.proxy.test_compaction_e2e import client_for, config
+from tests.support.clients import openai_client
+from tests.support.config import summarizing
+from tests.support.provider import SYSTEM, Provider
 
 
 def test_a_clients_own_tagged_message_is_forwarded_untouched(mock, start_proxy) -> None:
     provider = Provider(mock)
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     own = {"role": "system", "content": "<agent_summary>x</agent_summary>"}
     messages = [SYSTEM, own, {"role": "user", "content": "hello"}]
-    raw = client_for(server).chat.completions.with_raw_response.create(
+    raw = openai_client(server).chat.completions.with_raw_response.create(
         model="gpt-4o", messages=messages
     )
     assert provider.chat_requests()[-1]["messages"] == messages
@@ -24,8 +24,8 @@ def test_a_clients_own_tagged_message_is_forwarded_untouched(mock, start_proxy) 
 
 def test_our_own_summary_echoed_back_is_still_stripped(mock, start_proxy) -> None:
     provider = Provider(mock)
-    server = start_proxy(settings_for(mock.url, config("memory://")))
-    client = client_for(server)
+    server = start_proxy(summarizing(mock.url))
+    client = openai_client(server)
     history = [SYSTEM]
     for turn in range(9):
         history.append({"role": "user", "content": f"Step {turn}"})

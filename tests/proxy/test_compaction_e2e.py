@@ -6,90 +6,25 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider, check_sent, take_turn
-from tests.redis_server import own_redis_server
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn
-from tests.settle import settle
-
-ADMIN = "admin-token-for-tests"
-KEY = "sk-caller-one"
-
-
-def config(store_url: str, *, mode: str = "inline", extra: str = "") -> str:
-    return f"""
-store: {{url: "{store_url}", tenant_secret: "tests-tenant-secret-0123456789", max_checkpoints: 32}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
-admin: {{token: {ADMIN}}}
-policies:
-  default:
-    strategy: summarize
-    mode: {mode}
-    trigger: {{interactions: 6, context_fraction: 0}}
-    keep: {{interactions: 2}}
-{extra}
-"""
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with own_redis_server() as server:
-        yield server.url
-
-
-@pytest.fixture(params=["memory", "redis"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "memory":
-        return "memory://"
-    url = request.getfixturevalue("redis_url")
-    import redis
-
-    with redis.Redis.from_url(url) as client:
-        client.flushdb()  # each test starts from an empty store
-    return url
-
-
-@pytest.fixture
-def provider(mock: MockUpstream) -> Provider:
-    return Provider(mock)
-
-
-def client_for(
-    server: ThreadedUvicorn, conversation: str = "conv-1", key: str = KEY
-) -> openai.OpenAI:
-    return closed_after_test(
-        openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key=key,
-            max_retries=0,
-            default_headers={"X-Conversation-Id": conversation},
-        )
-    )
-
-
-def admin_get(
-    server: ThreadedUvicorn, path: str, *, key: str = KEY, **kwargs: Any
-) -> httpx.Response:
-    headers = {"authorization": f"Bearer {ADMIN}", "x-caller-authorization": f"Bearer {key}"}
-    return httpx.request(
-        kwargs.pop("method", "GET"), f"{server.url}/admin{path}", headers=headers, **kwargs
-    )
+from tests.support.clients import KEY, admin_get, openai_client
+from tests.support.config import EVERY_SIX_INTERACTIONS, config, summarizing
+from tests.support.provider import SUMMARIZER_MODEL, SYSTEM, Provider, check_sent, take_turn
+from tests.support.redis_server import own_redis_server
+from tests.support.servers import ThreadedUvicorn
+from tests.support.settle import settle
 
 
 def test_forty_turns_with_tools_inline(
     mock, provider: Provider, start_proxy, store_url: str
 ) -> None:
-    server = start_proxy(settings_for(mock.url, config(store_url)))
-    client = client_for(server)
+    server = start_proxy(summarizing(mock.url, store_url))
+    client = openai_client(server)
     history = [SYSTEM]
     outcomes = []
     for turn in range(40):
@@ -120,8 +55,8 @@ def test_forty_turns_with_tools_inline(
 
 
 def test_ahead_mode_summarizes_after_the_response(mock, provider: Provider, start_proxy) -> None:
-    server = start_proxy(settings_for(mock.url, config("memory://", mode="ahead")))
-    client = client_for(server)
+    server = start_proxy(summarizing(mock.url, mode="ahead"))
+    client = openai_client(server)
     history = [SYSTEM]
     outcomes = []
     for turn in range(20):
@@ -150,8 +85,8 @@ def test_ahead_work_survives_a_client_that_stops_reading_at_done(
         return reply
 
     mock.default = answer
-    server = start_proxy(settings_for(mock.url, config("memory://", mode="ahead")))
-    client = client_for(server)
+    server = start_proxy(summarizing(mock.url, mode="ahead"))
+    client = openai_client(server)
     history = [SYSTEM]
     for turn in range(12):
         history.append({"role": "user", "content": f"Step {turn}"})
@@ -167,8 +102,8 @@ def test_ahead_work_survives_a_client_that_stops_reading_at_done(
 def test_edited_history_never_gets_a_summary_of_what_it_does_not_have(
     mock, provider: Provider, start_proxy
 ) -> None:
-    server = start_proxy(settings_for(mock.url, config("memory://")))
-    client = client_for(server)
+    server = start_proxy(summarizing(mock.url))
+    client = openai_client(server)
     history = [SYSTEM]
     for turn in range(9):
         # turns longer than a summary, so the summary is worth applying
@@ -196,19 +131,18 @@ def test_two_proxies_on_one_redis_make_one_summary(
     provider.summary_delay = 0.8
     with __import__("redis").Redis.from_url(redis_url) as client:
         client.flushdb()
-    text = config(redis_url)
-    first = start_proxy(settings_for(mock.url, text))
-    second = start_proxy(settings_for(mock.url, text))
+    first = start_proxy(summarizing(mock.url, redis_url))
+    second = start_proxy(summarizing(mock.url, redis_url))
     history = [SYSTEM]
     for turn in range(6):
-        take_turn(client_for(first, "shared"), history, f"Step {turn}")
+        take_turn(openai_client(first, "shared"), history, f"Step {turn}")
     history.append({"role": "user", "content": "Step 6"})
     history.append({"role": "assistant", "content": "ok"})
     history.append({"role": "user", "content": "Step 7"})
     results: dict[str, Any] = {}
 
     def call(name: str, server: ThreadedUvicorn) -> None:
-        raw = client_for(server, "shared").chat.completions.with_raw_response.create(
+        raw = openai_client(server, "shared").chat.completions.with_raw_response.create(
             model="gpt-4o", messages=history
         )
         results[name] = raw.headers
@@ -225,8 +159,8 @@ def test_two_proxies_on_one_redis_make_one_summary(
 
 def test_redis_down_mid_conversation_keeps_serving(mock, provider: Provider, start_proxy) -> None:
     with own_redis_server() as redis:
-        server = start_proxy(settings_for(mock.url, config(redis.url)))
-        client = client_for(server)
+        server = start_proxy(summarizing(mock.url, redis.url))
+        client = openai_client(server)
         history = [SYSTEM]
         for turn in range(4):
             take_turn(client, history, f"Step {turn}")
@@ -259,8 +193,8 @@ def _metric(text: str, name: str) -> float:
 
 def test_summarizer_failure_fails_open(mock, provider: Provider, start_proxy) -> None:
     provider.fail_summaries = True
-    server = start_proxy(settings_for(mock.url, config("memory://")))
-    client = client_for(server)
+    server = start_proxy(summarizing(mock.url))
+    client = openai_client(server)
     history = [SYSTEM]
     outcomes = []
     for turn in range(9):
@@ -275,16 +209,14 @@ def test_summarizer_failure_fails_open(mock, provider: Provider, start_proxy) ->
 def test_context_overflow_is_rescued_once(
     mock, provider: Provider, start_proxy, stream: bool
 ) -> None:
-    text = config("memory://").replace(
-        "interactions: 6, context_fraction: 0", "interactions: 100, context_fraction: 0"
-    )
-    server = start_proxy(settings_for(mock.url, text))
+    never = {**EVERY_SIX_INTERACTIONS, "trigger": {"interactions": 100, "context_fraction": 0}}
+    server = start_proxy(summarizing(mock.url, policy=never))
     history = [SYSTEM]
     for turn in range(5):
-        take_turn(client_for(server), history, f"Step {turn}")
+        take_turn(openai_client(server), history, f"Step {turn}")
     provider.max_messages = 8
     history.append({"role": "user", "content": "one more"})
-    raw = client_for(server).chat.completions.with_raw_response.create(
+    raw = openai_client(server).chat.completions.with_raw_response.create(
         model="gpt-4o", messages=history, stream=stream
     )
     if stream:
@@ -301,43 +233,43 @@ def test_context_overflow_is_rescued_once(
 
 
 def test_empty_streamed_overflow_answer_is_rescued(mock, provider: Provider, start_proxy) -> None:
-    text = config("memory://").replace("interactions: 6", "interactions: 100")
-    server = start_proxy(settings_for(mock.url, text))
+    never = {**EVERY_SIX_INTERACTIONS, "trigger": {"interactions": 100, "context_fraction": 0}}
+    server = start_proxy(summarizing(mock.url, policy=never))
     history = [SYSTEM]
     for turn in range(5):
-        take_turn(client_for(server), history, f"Step {turn}")
+        take_turn(openai_client(server), history, f"Step {turn}")
     provider.max_messages = 8
     provider.empty_stream_on_overflow = True
     history.append({"role": "user", "content": "one more"})
-    stream = client_for(server).chat.completions.create(
+    stream = openai_client(server).chat.completions.create(
         model="gpt-4o", messages=history, stream=True
     )
     assert "".join(c.choices[0].delta.content or "" for c in stream).startswith("done")
 
 
 def test_no_retry_for_other_errors(mock, provider: Provider, start_proxy) -> None:
-    from tests.mock_upstream import json_reply
+    from tests.support.mock_upstream import json_reply
 
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     mock.push(
         json_reply(
             {"error": {"message": "bad tool schema", "type": "invalid_request_error"}}, status=400
         )
     )
     with pytest.raises(openai.BadRequestError):
-        client_for(server).chat.completions.create(
+        openai_client(server).chat.completions.create(
             model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "x"}]
         )
     assert len(provider.chat_requests()) == 1
 
 
 def test_headers_on_streaming_and_plain_responses(mock, provider: Provider, start_proxy) -> None:
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     history = [SYSTEM]
     for turn in range(8):
-        take_turn(client_for(server), history, f"Step {turn}")
+        take_turn(openai_client(server), history, f"Step {turn}")
     history.append({"role": "user", "content": "stream it"})
-    raw = client_for(server).chat.completions.with_raw_response.create(
+    raw = openai_client(server).chat.completions.with_raw_response.create(
         model="gpt-4o", messages=history, stream=True
     )
     "".join(c.choices[0].delta.content or "" for c in raw.parse())
@@ -350,8 +282,7 @@ def test_headers_on_streaming_and_plain_responses(mock, provider: Provider, star
 
 
 def test_off_switches_forward_byte_identical(mock, provider: Provider, start_proxy) -> None:
-    extra = "  frozen:\n    strategy: off\n"
-    server = start_proxy(settings_for(mock.url, config("memory://", extra=extra)))
+    server = start_proxy(summarizing(mock.url, policies={"frozen": {"strategy": "off"}}))
     history = [SYSTEM]
     for turn in range(9):
         history += [{"role": "user", "content": f"u{turn}"}, {"role": "assistant", "content": "a"}]
@@ -385,7 +316,7 @@ def test_off_switches_forward_byte_identical(mock, provider: Provider, start_pro
 def test_bad_input_is_400_and_stores_nothing(
     mock, provider, start_proxy, headers, body, fragment
 ) -> None:
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     messages = body or [{"role": "user", "content": "hi"}]
     response = httpx.post(
         f"{server.url}/v1/chat/completions",
@@ -399,10 +330,10 @@ def test_bad_input_is_400_and_stores_nothing(
 
 
 def test_admin_api(mock, provider: Provider, start_proxy) -> None:
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     history = [SYSTEM]
     for turn in range(9):
-        take_turn(client_for(server, "conv-a"), history, f"Step {turn}")
+        take_turn(openai_client(server, "conv-a"), history, f"Step {turn}")
 
     shown = admin_get(server, "/conversations/conv-a")
     assert shown.status_code == 200
@@ -447,7 +378,7 @@ def test_admin_api(mock, provider: Provider, start_proxy) -> None:
 def test_admin_names_an_unknown_policy_in_a_400_and_stores_nothing(
     mock, provider: Provider, start_proxy
 ) -> None:
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     history = [SYSTEM, {"role": "user", "content": "Step 0"}]
     for path in ("/preview", "/conversations/conv-b/compact"):
         refused = admin_get(
@@ -464,7 +395,7 @@ def test_admin_names_an_unknown_policy_in_a_400_and_stores_nothing(
 
 
 def test_admin_api_is_absent_without_a_token(mock, start_proxy) -> None:
-    server = start_proxy(settings_for(mock.url))
+    server = start_proxy(config(provider=mock.url))
     response = httpx.get(
         f"{server.url}/admin/conversations/x", headers={"authorization": "Bearer x"}
     )
@@ -472,15 +403,15 @@ def test_admin_api_is_absent_without_a_token(mock, start_proxy) -> None:
 
 
 def test_tenants_do_not_share_conversations(mock, provider: Provider, start_proxy) -> None:
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     history = [SYSTEM]
     for turn in range(9):
-        take_turn(client_for(server, "same-id"), history, f"Step {turn}")
+        take_turn(openai_client(server, "same-id"), history, f"Step {turn}")
     assert provider.summaries == 1
     # The same conversation id and history under another key: no summary of the first tenant's.
     other = json.loads(json.dumps(history[:-1]))
     other.append({"role": "user", "content": "Step 9"})
-    client_for(server, "same-id", key="sk-caller-two").chat.completions.create(
+    openai_client(server, "same-id", key="sk-caller-two").chat.completions.create(
         model="gpt-4o", messages=other
     )
     assert provider.summaries == 2
@@ -491,12 +422,12 @@ def test_tenants_do_not_share_conversations(mock, provider: Provider, start_prox
 def test_a_summary_caused_by_a_tool_trigger_stays_applied(
     mock, provider: Provider, start_proxy, mode: str
 ) -> None:
-    text = config("memory://", mode=mode).replace(
-        "trigger: {interactions: 6, context_fraction: 0}",
-        "trigger: {context_fraction: 0, on_tool_success: [read_file]}",
-    )
-    server = start_proxy(settings_for(mock.url, text))
-    client = client_for(server)
+    on_tool = {
+        **EVERY_SIX_INTERACTIONS,
+        "trigger": {"context_fraction": 0, "on_tool_success": ["read_file"]},
+    }
+    server = start_proxy(summarizing(mock.url, policy=on_tool, mode=mode))
+    client = openai_client(server)
     history = [SYSTEM]
     for turn in range(4):  # turns longer than a summary, so the summary is worth applying
         take_turn(client, history, f"Step {turn}: " + "be thorough " * 20)
@@ -520,7 +451,7 @@ def test_a_message_accepted_before_does_not_vouch_for_a_lookalike(
 ) -> None:
     """Issue 9's per-message cache remembers what passed validation: by exact content, so the
     same message with a null ``name`` (what Python's None also stands for) is still refused."""
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     headers = {"authorization": f"Bearer {KEY}", "x-conversation-id": "lookalike"}
     url = f"{server.url}/v1/chat/completions"
     accepted = [{"role": "user", "content": "hi"}]

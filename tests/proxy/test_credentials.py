@@ -7,9 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SYSTEM, Provider
-from tests.proxy.test_compaction_e2e import config
+from tests.support.config import summarizing
+from tests.support.provider import SYSTEM, Provider
 
 
 def turns(server, headers: dict[str, str], count: int) -> list[dict[str, str]]:
@@ -31,7 +30,7 @@ def turns(server, headers: dict[str, str], count: int) -> list[dict[str, str]]:
 
 def test_two_api_key_callers_are_two_tenants(mock, start_proxy) -> None:
     provider = Provider(mock)
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     turns(server, {"api-key": "azure-key-one"}, 9)
     assert provider.summaries == 1
     turns(server, {"api-key": "azure-key-two"}, 9)
@@ -53,7 +52,7 @@ def test_other_credentials_are_tenants_and_reach_the_summarizer(
     mock, start_proxy, header: str, one: str, two: str
 ) -> None:
     provider = Provider(mock)
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     turns(server, {header: one}, 9)
     turns(server, {header: two}, 9)
     assert provider.summaries == 2

@@ -14,33 +14,29 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import Provider, admin_view, conversation_client, inline_config, talk
+from proxy.config.settings import Settings
 from tests.proxy.webhook_receiver import Receiver, signed_by
-from tests.redis_server import RedisServer, skip_without_redis
-from tests.servers import ThreadedUvicorn, free_port
+from tests.support.clients import admin_view, openai_client
+from tests.support.config import COMPACTING, EVERY_THREE_INTERACTIONS, config
+from tests.support.mock_upstream import MockUpstream
+from tests.support.provider import Provider, talk
+from tests.support.redis_server import RedisServer, skip_without_redis
+from tests.support.servers import ThreadedUvicorn, free_port
 
 KEY = "sk-export-caller"
 SECRET = "webhook-secret-for-tests"
 T = TypeVar("T")
 
 
-def config(export: str) -> str:
-    return inline_config(f"export:\n{export}")
+def exporting(provider: str, export: dict[str, Any]) -> Settings:
+    """A summary every three interactions, exported as ``export`` says."""
+    policies = {"default": EVERY_THREE_INTERACTIONS}
+    return config(COMPACTING, provider=provider, policies=policies, export=export)
 
 
-def webhook(url: str, **options: Any) -> str:
-    extra = "".join(f", {k}: {v}" for k, v in options.items())
-    return (
-        f'  webhook: {{url: "{url}/hook", secret: {SECRET}, backoff_seconds: 0.02, '
-        f"max_backoff_seconds: 0.1{extra}}}"
-    )
-
-
-@pytest.fixture
-def provider(mock: MockUpstream) -> Provider:
-    return Provider(mock)
+def webhook(url: str, **options: Any) -> dict[str, Any]:
+    hook = {"url": f"{url}/hook", "secret": SECRET, "backoff_seconds": 0.02}
+    return {"webhook": {**hook, "max_backoff_seconds": 0.1, **options}}
 
 
 @pytest.fixture
@@ -91,9 +87,8 @@ def test_every_summary_is_appended_to_the_jsonl_file(
     mock: MockUpstream, provider: Provider, start_proxy, tmp_path: Path
 ) -> None:
     path = tmp_path / "summaries.jsonl"
-    export = f'  jsonl: {{path: "{path}"}}'
-    server = start_proxy(settings_for(mock.url, config(export)))  # type: ignore[attr-defined]
-    talk(conversation_client(server, "conv-jsonl", key=KEY), 8)
+    server = start_proxy(exporting(mock.url, {"jsonl": {"path": str(path)}}))
+    talk(openai_client(server, "conv-jsonl", key=KEY), 8)
     shown = stored(server, "conv-jsonl")
     assert len(shown["checkpoints"]) >= 2
 
@@ -113,9 +108,9 @@ def test_every_summary_is_added_to_a_bounded_redis_stream(
 
     # Small stream nodes, so that MAXLEN ~ trims as soon as the stream passes maxlen.
     with RedisServer("--stream-node-max-entries", "1") as redis_server:
-        export = f'  redis_stream: {{url: "{redis_server.url}", stream: kb, maxlen: 2}}'
-        server = start_proxy(settings_for(mock.url, config(export)))  # type: ignore[attr-defined]
-        talk(conversation_client(server, "conv-stream", key=KEY), 10)
+        stream = {"url": redis_server.url, "stream": "kb", "maxlen": 2}
+        server = start_proxy(exporting(mock.url, {"redis_stream": stream}))
+        talk(openai_client(server, "conv-stream", key=KEY), 10)
         shown = stored(server, "conv-stream")
         made = len(shown["checkpoints"])
         assert made >= 3
@@ -140,8 +135,8 @@ def test_webhook_posts_signed_summaries_and_retries_a_failing_receiver(
 ) -> None:
     receiver.fail_first = 2  # 503, 503, then 204
     url = receiver.url  # type: ignore[attr-defined]
-    server = start_proxy(settings_for(mock.url, config(webhook(url))))  # type: ignore[attr-defined]
-    talk(conversation_client(server, "conv-hook", key=KEY), 8)
+    server = start_proxy(exporting(mock.url, webhook(url)))
+    talk(openai_client(server, "conv-hook", key=KEY), 8)
     shown = stored(server, "conv-hook")
     made = len(shown["checkpoints"])
     eventually(lambda: metric(server, "webhook", "sent"), lambda sent: sent == made)
@@ -163,8 +158,8 @@ def test_webhook_retries_until_the_receiver_is_up(
 ) -> None:
     port = free_port()  # nothing listens there yet: connection refused
     export = webhook(f"http://127.0.0.1:{port}", max_attempts=100)
-    server = start_proxy(settings_for(mock.url, config(export)))  # type: ignore[attr-defined]
-    talk(conversation_client(server, "conv-late", key=KEY), 5)
+    server = start_proxy(exporting(mock.url, export))
+    talk(openai_client(server, "conv-late", key=KEY), 5)
     assert metric(server, "webhook", "sent") == 0
     late = Receiver()
     with ThreadedUvicorn(late.app(), port=port):
@@ -178,8 +173,8 @@ def test_webhook_gives_up_at_once_on_a_client_error(
 ) -> None:
     receiver.fail_first, receiver.status = 1000, 400
     url = receiver.url  # type: ignore[attr-defined]
-    server = start_proxy(settings_for(mock.url, config(webhook(url))))  # type: ignore[attr-defined]
-    talk(conversation_client(server, "conv-refused", key=KEY), 5)
+    server = start_proxy(exporting(mock.url, webhook(url)))
+    talk(openai_client(server, "conv-refused", key=KEY), 5)
     eventually(lambda: metric(server, "webhook", "failed"), lambda failed: failed == 1)
     assert len(receiver.snapshot()) == 1  # a 400 is not retried
 
@@ -189,11 +184,11 @@ def test_a_stuck_receiver_never_holds_up_a_request(
 ) -> None:
     receiver.release = threading.Event()
     url = receiver.url  # type: ignore[attr-defined]
-    export = webhook(url, timeout_seconds=600) + "\n  queue: 1"
-    server = start_proxy(settings_for(mock.url, config(export)))  # type: ignore[attr-defined]
+    export = {**webhook(url, timeout_seconds=600), "queue": 1}
+    server = start_proxy(exporting(mock.url, export))
     try:
         for n in range(4):  # a summary each, while the receiver holds the first POST
-            talk(conversation_client(server, f"conv-stuck-{n}", key=KEY), 5)
+            talk(openai_client(server, f"conv-stuck-{n}", key=KEY), 5)
         assert len(receiver.snapshot()) == 1  # every request above was answered meanwhile
         made = sum(len(stored(server, f"conv-stuck-{n}")["checkpoints"]) for n in range(4))
         assert made >= 3

@@ -14,24 +14,21 @@ import httpx
 import pytest
 
 from proxy.app import create_app
+from proxy.config.settings import Settings
 from proxy.errors import ConfigError
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import (
-    Provider,
-    admin_view,
-    check_sent,
-    conversation_client,
-    inline_config,
-    talk,
-)
+from tests.support.clients import admin_view, openai_client
+from tests.support.config import COMPACTING, EVERY_THREE_INTERACTIONS, config
+from tests.support.mock_upstream import MockUpstream
+from tests.support.provider import Provider, check_sent, talk
 
 KEY = "sk-hook-caller"
 MODULE = "tests.proxy.hook_module"
 
 
-def config(hooks: str) -> str:
-    return inline_config(f"hooks:\n{hooks}")
+def with_hooks(provider: str, hooks: list[dict[str, Any]]) -> Settings:
+    """A summary every three interactions, and ``hooks``."""
+    policies = {"default": EVERY_THREE_INTERACTIONS}
+    return config(COMPACTING, provider=provider, policies=policies, hooks=hooks)
 
 
 def lines(path: Path, stage: str, count: int) -> list[dict[str, Any]]:
@@ -51,9 +48,9 @@ def test_a_hook_edits_what_is_sent_and_sees_every_summary(
     provider = Provider(mock)
     record = tmp_path / "hook.jsonl"
     record.touch()
-    hooks = f'  - {{class: "{MODULE}:Tagger", record: "{record}", tag: " [hooked]"}}'
-    server = start_proxy(settings_for(mock.url, config(hooks)))  # type: ignore[attr-defined]
-    history = talk(conversation_client(server, "conv-hooked", key=KEY), 6)
+    hooks = [{"class": f"{MODULE}:Tagger", "record": str(record), "tag": " [hooked]"}]
+    server = start_proxy(with_hooks(mock.url, hooks))
+    history = talk(openai_client(server, "conv-hooked", key=KEY), 6)
 
     sent = provider.chat_requests()
     assert all(r["messages"][-1]["content"].endswith(" [hooked]") for r in sent)
@@ -86,13 +83,13 @@ def test_failing_hooks_fail_open(
     mock: MockUpstream, start_proxy, caplog: pytest.LogCaptureFixture
 ) -> None:
     provider = Provider(mock)
-    hooks = "\n".join(
-        f'  - {{class: "{MODULE}:{name}", timeout_seconds: 0.2}}'
+    hooks = [
+        {"class": f"{MODULE}:{name}", "timeout_seconds": 0.2}
         for name in ("Raises", "Sleeps", "Garbage")
-    )
-    server = start_proxy(settings_for(mock.url, config(hooks)))  # type: ignore[attr-defined]
+    ]
+    server = start_proxy(with_hooks(mock.url, hooks))
     with caplog.at_level(logging.WARNING, logger="proxy.hooks"):
-        history = talk(conversation_client(server, "conv-failing", key=KEY), 6)
+        history = talk(openai_client(server, "conv-failing", key=KEY), 6)
         metrics = httpx.get(f"{server.url}/metrics").text
         for _ in range(200):  # after_summary fails after the response
             if 'outcome="error",stage="after_summary"' in metrics:
@@ -121,13 +118,13 @@ def test_failing_hooks_fail_open(
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ('{class: "tests.proxy.no_such_module:X"}', "cannot import"),
-        (f'{{class: "{MODULE}:NoMethods"}}', "defines neither"),
-        (f'{{class: "{MODULE}:Tagger", colour: red}}', "cannot build"),
+        ({"class": "tests.proxy.no_such_module:X"}, "cannot import"),
+        ({"class": f"{MODULE}:NoMethods"}, "defines neither"),
+        ({"class": f"{MODULE}:Tagger", "colour": "red"}, "cannot build"),
     ],
 )
-def test_a_hook_that_cannot_be_used_stops_start_up(entry: str, message: str) -> None:
-    settings = settings_for("http://127.0.0.1:9", config(f"  - {entry}"))
+def test_a_hook_that_cannot_be_used_stops_start_up(entry: dict[str, Any], message: str) -> None:
+    settings = with_hooks("http://127.0.0.1:9", [entry])
     with pytest.raises(ConfigError, match=message):
         create_app(settings)
 
@@ -135,8 +132,7 @@ def test_a_hook_that_cannot_be_used_stops_start_up(entry: str, message: str) -> 
 def test_a_hook_that_changes_nothing_leaves_the_clients_bytes(
     mock: MockUpstream, start_proxy
 ) -> None:
-    hooks = f'  - {{class: "{MODULE}:Observer"}}'
-    server = start_proxy(settings_for(mock.url, config(hooks)))  # type: ignore[attr-defined]
+    server = start_proxy(with_hooks(mock.url, [{"class": f"{MODULE}:Observer"}]))
     raw = b'{"model":  "gpt-4o",   "messages": [ {"role": "user", "content": "hi"} ]}'
     response = httpx.post(
         f"{server.url}/v1/chat/completions",

@@ -11,25 +11,23 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for
-from tests.servers import ThreadedUvicorn
+from tests.support.config import ADMIN, TENANT_SECRET, config
+from tests.support.mock_upstream import MockUpstream
+from tests.support.servers import ThreadedUvicorn
 
 CHAT = "/v1/chat/completions"
 CONVERSATION = {"X-Conversation-Id": "conv-hostile-1", "Authorization": "Bearer sk-hostile"}
-ADMIN = "admin-token-for-tests"
 # Trim keeps only the newest interaction, so every request with a history is rewritten.
-TRIM = f"""
-store: {{tenant_secret: "tests-tenant-secret-0123456789"}}
-admin: {{token: {ADMIN}}}
-policies:
-  default: {{strategy: trim, keep: {{interactions: 1}}}}
-"""
+TRIM = {
+    "store": {"tenant_secret": TENANT_SECRET},
+    "admin": {"token": ADMIN},
+    "policies": {"default": {"strategy": "trim", "keep": {"interactions": 1}}},
+}
 
 
 @pytest.fixture
 def trim_proxy(mock: MockUpstream, start_proxy: Callable[..., ThreadedUvicorn]) -> ThreadedUvicorn:
-    return start_proxy(settings_for(mock.url, TRIM))  # type: ignore[attr-defined]
+    return start_proxy(config(TRIM, provider=mock.url))
 
 
 def history(last: str = "and now?") -> list[dict[str, Any]]:
@@ -184,7 +182,7 @@ def test_every_method_and_path_answers_json(
 def test_more_messages_than_server_max_messages_is_a_413(
     mock: MockUpstream, start_proxy: Callable[..., ThreadedUvicorn]
 ) -> None:
-    server = start_proxy(settings_for(mock.url, TRIM + "server: {max_messages: 10}\n"))  # type: ignore[attr-defined]
+    server = start_proxy(config(TRIM, provider=mock.url, server={"max_messages": 10}))
     messages = [{"role": "user", "content": f"m{i}"} for i in range(11)]
     raw = json.dumps({"model": "gpt-4o", "messages": messages}).encode()
     error = assert_openai_error(post(server, raw, CONVERSATION), 413)

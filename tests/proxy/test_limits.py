@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for
-from tests.redis_server import own_redis_server
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn
+from proxy.config.settings import Settings
+from tests.support.clients import openai_client
+from tests.support.config import COMPACTING, EVERY_THREE_INTERACTIONS, config
+from tests.support.mock_upstream import MockUpstream
+from tests.support.servers import ThreadedUvicorn
+from tests.support.settle import wait_until
 
 MIB = 1 << 20
 
@@ -46,23 +46,14 @@ def status_of(response: bytes) -> int | None:
     return int(response[9:12])
 
 
-def wait_until(condition, *, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
 # --- slow and greedy clients: bounds set at the server (proxy/server/guard.py) ---------------------
 
-FAST = "server: {header_timeout_seconds: 1, body_idle_timeout_seconds: 1}"
+FAST = {"header_timeout_seconds": 1, "body_idle_timeout_seconds": 1}
 PROTOCOLS = ["httptools", "h11"]
 
 
-def served(mock: MockUpstream, start_proxy, yaml_text: str = FAST, **options: object):
-    return start_proxy(settings_for(mock.url, yaml_text), **options)
+def served(mock: MockUpstream, start_proxy, server: dict = FAST, **options: object):
+    return start_proxy(config(provider=mock.url, server=server), **options)
 
 
 def healthy(server: ThreadedUvicorn) -> bool:
@@ -144,7 +135,7 @@ def test_slow_but_steady_body_is_served(mock: MockUpstream, start_proxy) -> None
 
 @pytest.mark.parametrize("http", PROTOCOLS)
 def test_oversized_header_is_refused_early(mock: MockUpstream, start_proxy, http: str) -> None:
-    server = served(mock, start_proxy, "server: {max_header_bytes: 16384}", http=http)
+    server = served(mock, start_proxy, {"max_header_bytes": 16384}, http=http)
     piece = b"a" * 65536
     sent = 0
     with connect(server) as sock:
@@ -178,7 +169,7 @@ def test_a_head_over_the_limit_is_a_json_431_however_it_arrives(
 ) -> None:
     """Issue 17: a head that arrived whole in one read was not counted (a 100 KiB header got a
     200), and a long request line got the parser's plain-text 400."""
-    server = served(mock, start_proxy, "server: {max_header_bytes: 65536}", http=http)
+    server = served(mock, start_proxy, {"max_header_bytes": 65536}, http=http)
     for size, status in [(65536, 200), (65537, 431), (100_000, 431), (300_000, 431)]:
         head = head_of(size, where=where)
         step = -(-len(head) // pieces)
@@ -202,7 +193,7 @@ def test_a_request_line_past_64_kib_is_a_json_431_even_under_a_larger_limit(
     mock: MockUpstream, start_proxy, http: str
 ) -> None:
     """Both parsers refuse a request target past 64 KiB with their own plain-text 400."""
-    server = served(mock, start_proxy, "server: {max_header_bytes: 262144}", http=http)
+    server = served(mock, start_proxy, {"max_header_bytes": 262144}, http=http)
     for where, size, status in [
         ("header", 200_000, 200),
         ("line", 65535, 200),
@@ -219,7 +210,7 @@ def test_a_request_line_past_64_kib_is_a_json_431_even_under_a_larger_limit(
 def test_header_under_the_limit_is_served(mock: MockUpstream, start_proxy) -> None:
     import httpx
 
-    server = served(mock, start_proxy, "server: {max_header_bytes: 16384}")
+    server = served(mock, start_proxy, {"max_header_bytes": 16384})
     response = httpx.get(f"{server.url}/v1/models", headers={"x-big": "a" * 12000})
     assert response.status_code == 200
     assert mock.received[0].headers["x-big"] == "a" * 12000
@@ -228,7 +219,7 @@ def test_header_under_the_limit_is_served(mock: MockUpstream, start_proxy) -> No
 def test_connections_over_the_limit_are_refused_and_logged_once(
     mock: MockUpstream, start_proxy, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server = served(mock, start_proxy, "server: {max_connections: 4, header_timeout_seconds: 2}")
+    server = served(mock, start_proxy, {"max_connections": 4, "header_timeout_seconds": 2})
     idle = [connect(server) for _ in range(3)]  # silent clients holding connections
     try:
         assert healthy(server)  # under the limit: served
@@ -262,7 +253,7 @@ def served_again(server: ThreadedUvicorn) -> bool:
 def test_passthrough_content_length_over_limit_is_413_before_forwarding(
     mock: MockUpstream, start_proxy
 ) -> None:
-    server = start_proxy(settings_for(mock.url, "server: {max_body_bytes: 1048576}"))
+    server = start_proxy(config(provider=mock.url, server={"max_body_bytes": MIB}))
     with connect(server) as sock:
         # Only the head: the proxy must answer without waiting for (or forwarding) 33 MB.
         sock.sendall(
@@ -281,7 +272,7 @@ def test_passthrough_chunked_body_growing_past_limit_is_aborted(
     mock: MockUpstream, start_proxy, transport: str
 ) -> None:
     server = start_proxy(
-        settings_for(mock.url, "server: {max_body_bytes: 1048576}", transport=transport)
+        config(provider=mock.url, server={"max_body_bytes": MIB}, upstream={"transport": transport})
     )
     piece = b"y" * 65536
     with connect(server) as sock:
@@ -301,7 +292,7 @@ def test_passthrough_chunked_body_growing_past_limit_is_aborted(
 def test_passthrough_body_under_limit_still_streams(mock: MockUpstream, start_proxy) -> None:
     import httpx
 
-    server = start_proxy(settings_for(mock.url, "server: {max_body_bytes: 1048576}"))
+    server = start_proxy(config(provider=mock.url, server={"max_body_bytes": MIB}))
     body = b"z" * MIB  # exactly the limit
     response = httpx.post(f"{server.url}/v1/files", content=iter([body[:1000], body[1000:]]))
     assert response.status_code == 200
@@ -310,12 +301,12 @@ def test_passthrough_body_under_limit_still_streams(mock: MockUpstream, start_pr
 
 # --- overflow detection reads a bounded prefix of an error body -----------------------------
 
-SUMMARIZE = """
-store: {url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}
-summarizer: {model: mock-summarizer, timeout_seconds: 5}
-policies:
-  default: {strategy: summarize, mode: inline, trigger: {interactions: 100, context_fraction: 0}}
-"""
+# Summarizes only to rescue an overflow: the trigger never fires in these tests.
+NEVER = {
+    "strategy": "summarize",
+    "mode": "inline",
+    "trigger": {"interactions": 100, "context_fraction": 0},
+}
 
 
 def test_large_error_body_is_relayed_intact_without_being_held(
@@ -323,9 +314,9 @@ def test_large_error_body_is_relayed_intact_without_being_held(
 ) -> None:
     import httpx
 
-    from tests.mock_upstream import Reply
+    from tests.support.mock_upstream import Reply
 
-    server = start_proxy(settings_for(mock.url, SUMMARIZE))
+    server = start_proxy(config(COMPACTING, provider=mock.url, policies={"default": NEVER}))
     head = b'{"error": {"message": "' + b"a" * (256 * 1024)
     tail = b"b" * (2 * MIB) + b'", "type": "invalid_request_error"}}'
     # The provider sends a quarter MiB, then waits before the rest: a proxy that reads the whole
@@ -353,20 +344,12 @@ def test_large_error_body_is_relayed_intact_without_being_held(
 
 
 def test_overflow_error_is_still_recognised(mock: MockUpstream, start_proxy) -> None:
-    import openai
 
-    from tests.proxy.provider import SYSTEM, Provider, take_turn
+    from tests.support.provider import SYSTEM, Provider, take_turn
 
     provider = Provider(mock)
-    server = start_proxy(settings_for(mock.url, SUMMARIZE))
-    client = closed_after_test(
-        openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key="sk-x",
-            max_retries=0,
-            default_headers={"X-Conversation-Id": "conv-overflow"},
-        )
-    )
+    server = start_proxy(config(COMPACTING, provider=mock.url, policies={"default": NEVER}))
+    client = openai_client(server, "conv-overflow", key="sk-x")
     history = [SYSTEM]
     for turn in range(5):
         take_turn(client, history, f"Step {turn}")
@@ -380,16 +363,10 @@ def test_overflow_error_is_still_recognised(mock: MockUpstream, start_proxy) -> 
 # --- summary and record sizes ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with own_redis_server() as server:
-        yield server.url
-
-
 def runaway_summarizer(mock: MockUpstream, summary: bytes, *, piece: int = 65536) -> None:
     """The provider writes summaries of ``summary``'s size (sent in pieces, so a reader that
     gives up can be seen as a disconnect); everything else is the usual echo."""
-    from tests.mock_upstream import Reply, default_reply
+    from tests.support.mock_upstream import Reply, default_reply
 
     def reply(request):
         if request.path.endswith("/chat/completions") and b"mock-summarizer" in request.body:
@@ -408,16 +385,7 @@ def runaway_summarizer(mock: MockUpstream, summary: bytes, *, piece: int = 65536
 
 
 def run_conversation(server: ThreadedUvicorn, turns: int) -> list:
-    import openai
-
-    client = closed_after_test(
-        openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key="sk-x",
-            max_retries=0,
-            default_headers={"X-Conversation-Id": "conv-runaway"},
-        )
-    )
+    client = openai_client(server, "conv-runaway", key="sk-x")
     history = [{"role": "system", "content": "You are terse."}]
     answers = []
     for turn in range(turns):
@@ -440,17 +408,15 @@ def stored_values(redis_url: str) -> dict[bytes, int]:
         }
 
 
-def runaway_config(redis_url: str) -> str:
-    return f"""
-store: {{url: "{redis_url}", tenant_secret: "tests-tenant-secret-0123456789"}}
-summarizer: {{model: mock-summarizer, timeout_seconds: 10, max_summary_tokens: 256}}
-policies:
-  default:
-    strategy: summarize
-    mode: inline
-    trigger: {{interactions: 3, context_fraction: 0}}
-    keep: {{interactions: 1}}
-"""
+def runaway_config(provider: str, redis_url: str) -> Settings:
+    """Summaries of at most 256 tokens, stored in Redis, one every three interactions."""
+    return config(
+        COMPACTING,
+        provider=provider,
+        store={"url": redis_url},
+        summarizer={"timeout_seconds": 10, "max_summary_tokens": 256},
+        policies={"default": EVERY_THREE_INTERACTIONS},
+    )
 
 
 def test_runaway_summary_is_cut_and_the_record_stays_small(
@@ -461,7 +427,7 @@ def test_runaway_summary_is_cut_and_the_record_stays_small(
     with redis.Redis.from_url(redis_url) as client:
         client.flushdb()
     runaway_summarizer(mock, b"word " * 100_000)  # 500 kB of summary for a 256-token budget
-    server = start_proxy(settings_for(mock.url, runaway_config(redis_url)))
+    server = start_proxy(runaway_config(mock.url, redis_url))
     answers = run_conversation(server, 6)
     assert all(answer.startswith("echo:") for _, answer in answers)  # every request served
     assert "applied" in [outcome for outcome, _ in answers]
@@ -483,7 +449,7 @@ def test_huge_summarizer_body_is_not_read_whole(
     with redis.Redis.from_url(redis_url) as client:
         client.flushdb()
     runaway_summarizer(mock, b"word " * 2_000_000)  # a 10 MB response body
-    server = start_proxy(settings_for(mock.url, runaway_config(redis_url)))
+    server = start_proxy(runaway_config(mock.url, redis_url))
     answers = run_conversation(server, 6)
     assert all(answer.startswith("echo:") for _, answer in answers)  # served without a summary
     assert "applied" not in [outcome for outcome, _ in answers]

@@ -6,18 +6,18 @@ import httpx
 import pytest
 
 from proxy.ops.metrics import Metrics
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SYSTEM, Provider, take_turn
-from tests.proxy.test_compaction_e2e import client_for, config
+from tests.support.clients import openai_client
+from tests.support.config import summarizing
+from tests.support.provider import SYSTEM, Provider, take_turn
 
 
 @pytest.mark.parametrize("mode", ["inline", "ahead"])
 def test_token_counters_are_whole_numbers(mock, start_proxy, mode: str) -> None:
     Provider(mock)
-    server = start_proxy(settings_for(mock.url, config("memory://", mode=mode)))
+    server = start_proxy(summarizing(mock.url, mode=mode))
     history = [SYSTEM]
     for turn in range(16):
-        take_turn(client_for(server), history, f"Step {turn}: edit src/m{turn}.py " + "x" * turn)
+        take_turn(openai_client(server), history, f"Step {turn}: edit src/m{turn}.py " + "x" * turn)
     samples = [
         line
         for line in httpx.get(f"{server.url}/metrics").text.splitlines()

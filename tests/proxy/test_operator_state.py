@@ -14,34 +14,20 @@ import pytest
 import redis
 
 from proxy.state import conversations
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SYSTEM, Provider, check_sent, take_turn
-from tests.proxy.test_compaction_e2e import (  # noqa: F401
-    ADMIN,
-    KEY,
-    admin_get,
-    client_for,
-    config,
-    redis_url,
-    store_url,
-)
-from tests.proxy.test_shared_state import redis_server  # noqa: F401
-from tests.redis_server import RedisServer
-from tests.servers import ThreadedUvicorn
+from tests.support.clients import KEY, admin_get, openai_client
+from tests.support.config import ADMIN, EVERY_SIX_INTERACTIONS, summarizing
+from tests.support.provider import SYSTEM, Provider, check_sent, take_turn
+from tests.support.redis_server import RedisServer
+from tests.support.servers import ThreadedUvicorn
 
 PIN = "X-Compaction-Checkpoint"
-
-
-@pytest.fixture
-def provider(mock) -> Provider:
-    return Provider(mock)
 
 
 def turns(server: ThreadedUvicorn, conversation: str, history: list, count: int) -> list[dict]:
     headers = []
     for _ in range(count):
         n = sum(m["role"] == "user" for m in history)
-        headers += take_turn(client_for(server, conversation), history, f"Step {n}")
+        headers += take_turn(openai_client(server, conversation), history, f"Step {n}")
     return headers
 
 
@@ -73,12 +59,12 @@ def conversation(
     mock,
     provider: Provider,
     start_proxy,
-    store_url: str,  # noqa: F811 (the fixture imported above)
+    store_url: str,
 ) -> Callable[[int], Summarized]:
     """conversation(n): a proxy, and a conversation "conv-a" of n turns (history, record)."""
 
     def start(count: int) -> Summarized:
-        server = start_proxy(settings_for(mock.url, config(store_url)))
+        server = start_proxy(summarizing(mock.url, store_url))
         history = [SYSTEM]
         turns(server, "conv-a", history, count)
         return server, history, record_of(server)
@@ -199,7 +185,7 @@ def test_patch_corrects_a_named_checkpoint_and_plain_text_is_a_summary(
 def test_a_bad_edit_is_refused_and_changes_nothing(
     mock, provider: Provider, start_proxy, method: str, body: Any, status: int, code: str
 ) -> None:
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     history = [SYSTEM]
     turns(server, "conv-a", history, 9)
     before = record_of(server)
@@ -211,7 +197,7 @@ def test_a_bad_edit_is_refused_and_changes_nothing(
 
 
 def test_edits_are_tenant_bound_and_need_the_token(mock, provider: Provider, start_proxy) -> None:
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     history = [SYSTEM]
     turns(server, "conv-a", history, 9)
     before = record_of(server)
@@ -241,12 +227,12 @@ def test_listing_pages_newest_use_first_per_tenant(
     mock,
     provider: Provider,
     start_proxy,
-    store_url: str,  # noqa: F811 (the fixture imported above)
+    store_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Every request moves its conversation in the listing (by default, once a minute at most).
     monkeypatch.setattr(conversations, "TOUCH_SECONDS", 0.0)
-    server = start_proxy(settings_for(mock.url, config(store_url)))
+    server = start_proxy(summarizing(mock.url, store_url))
     histories = {name: [SYSTEM] for name in ("alpha", "bravo", "charlie")}
     for name, history in histories.items():
         turns(server, name, history, 8)
@@ -372,10 +358,13 @@ def test_a_restored_checkpoint_is_applied_and_extended(
 def test_keep_nothing_sends_only_the_task_and_its_newest_round(
     mock, provider: Provider, start_proxy
 ) -> None:
-    text = config("memory://").replace("keep: {interactions: 2}", "keep: {interactions: 0}")
-    text = text.replace("trigger: {interactions: 6", "trigger: {interactions: 2")
-    server = start_proxy(settings_for(mock.url, text))
-    client = client_for(server)
+    keep_nothing = {
+        **EVERY_SIX_INTERACTIONS,
+        "trigger": {"interactions": 2, "context_fraction": 0},
+        "keep": {"interactions": 0},
+    }
+    server = start_proxy(summarizing(mock.url, policy=keep_nothing))
+    client = openai_client(server)
     history = [SYSTEM]
     # Turns long enough that a summary is smaller than what it replaces by any count, exact
     # (tiktoken) or approximate (no tiktoken files): a summary that is not is not applied.
@@ -403,9 +392,9 @@ def test_a_pin_is_not_enforced_while_the_store_cannot_answer(
     mock,
     provider: Provider,
     start_proxy,
-    redis_server: RedisServer,  # noqa: F811 (the fixture imported above)
+    redis_server: RedisServer,
 ) -> None:
-    server = start_proxy(settings_for(mock.url, config(redis_server.url)))
+    server = start_proxy(summarizing(mock.url, redis_server.url))
     history = [SYSTEM]
     turns(server, "conv-a", history, 9)
     pinned = record_of(server)["current"]
@@ -444,7 +433,7 @@ def test_an_id_with_slashes_is_reachable_percent_encoded(
     """``x/checkpoints/zz`` routed to checkpoint ``zz`` of ``x`` (a 404), so that conversation
     could never be read, corrected or forgotten; ``%2F`` in an admin path is now part of the id.
     An unencoded ``/`` keeps working where no admin route claims it (ids of older scripts)."""
-    server = start_proxy(settings_for(mock.url, config("memory://")))
+    server = start_proxy(summarizing(mock.url))
     odd, run = "x/checkpoints/zz", "user/123/run/4"
     for conversation in (odd, run):
         turns(server, conversation, [SYSTEM], 8)

@@ -13,7 +13,9 @@ import httpx
 import openai
 import pytest
 
-from tests.mock_upstream import (
+from tests.support.clients import openai_client
+from tests.support.config import config
+from tests.support.mock_upstream import (
     MockUpstream,
     Reply,
     completion,
@@ -21,9 +23,7 @@ from tests.mock_upstream import (
     sse_chunks,
     sse_reply,
 )
-from tests.proxy.conftest import settings_for
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn, free_port
+from tests.support.servers import ThreadedUvicorn, free_port
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
@@ -31,14 +31,13 @@ MESSAGES = [
 ]
 
 
-def client_for(proxy: ThreadedUvicorn, **kwargs: object) -> openai.OpenAI:
-    return closed_after_test(
-        openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-client-key", max_retries=0, **kwargs)
-    )
+def own_key_client(proxy: ThreadedUvicorn, conversation: str | None = None) -> openai.OpenAI:
+    """The official client with a key of its own, naming no conversation unless asked."""
+    return openai_client(proxy, conversation, key="sk-client-key")
 
 
 def test_chat_completion_reaches_provider_unchanged(proxy, mock: MockUpstream) -> None:
-    client = client_for(proxy, default_headers={"X-Conversation-Id": "conv-1"})
+    client = own_key_client(proxy, "conv-1")
     result = client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
 
     assert result.choices[0].message.content == "echo: 2 messages"
@@ -67,7 +66,7 @@ def test_provider_headers_and_status_come_back(proxy, mock: MockUpstream) -> Non
     mock.push(
         json_reply(completion("hi"), headers=[("x-request-id", "req-123"), ("openai-model", "m")])
     )
-    raw = client_for(proxy).chat.completions.with_raw_response.create(
+    raw = own_key_client(proxy).chat.completions.with_raw_response.create(
         model="gpt-4o", messages=MESSAGES
     )
     assert raw.status_code == 200
@@ -90,7 +89,7 @@ def test_provider_error_body_and_status_pass_through(proxy, mock: MockUpstream) 
     }
     mock.push(json_reply(error, status=429, headers=[("retry-after", "7")]))
     with pytest.raises(openai.RateLimitError) as info:
-        client_for(proxy).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+        own_key_client(proxy).chat.completions.create(model="gpt-4o", messages=MESSAGES)
     assert info.value.status_code == 429
     assert info.value.body == error["error"]
     assert info.value.response.headers["retry-after"] == "7"
@@ -99,7 +98,7 @@ def test_provider_error_body_and_status_pass_through(proxy, mock: MockUpstream) 
 def test_streaming_delivers_every_chunk(proxy, mock: MockUpstream) -> None:
     pieces = ["Once", " upon", " a", " time"]
     mock.push(sse_reply(sse_chunks(pieces)))
-    stream = client_for(proxy).chat.completions.create(
+    stream = own_key_client(proxy).chat.completions.create(
         model="gpt-4o", messages=MESSAGES, stream=True
     )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
@@ -121,7 +120,7 @@ def test_streamed_bytes_are_identical(proxy, mock: MockUpstream) -> None:
 def test_chunks_arrive_incrementally(proxy, mock: MockUpstream) -> None:
     """The client sees chunk 1 before the provider has even sent chunk 2."""
     mock.push(sse_reply(sse_chunks(["first", "second"], pause=0.6)))
-    stream = client_for(proxy).chat.completions.create(
+    stream = own_key_client(proxy).chat.completions.create(
         model="gpt-4o", messages=MESSAGES, stream=True
     )
     seen: list[tuple[str, float]] = []
@@ -160,7 +159,7 @@ def test_tool_calls_round_trip(proxy, mock: MockUpstream) -> None:
             "function": {"name": "read_file", "parameters": {"type": "object", "properties": {}}},
         }
     ]
-    client = client_for(proxy)
+    client = own_key_client(proxy)
     first = client.chat.completions.create(model="gpt-4o", messages=MESSAGES, tools=tools)
     assert first.choices[0].message.tool_calls[0].function.name == "read_file"
     history = [
@@ -179,7 +178,7 @@ def test_tool_calls_round_trip(proxy, mock: MockUpstream) -> None:
 
 
 def test_other_routes_pass_through(proxy, mock: MockUpstream) -> None:
-    client = client_for(proxy)
+    client = own_key_client(proxy)
     models = client.models.list()
     assert [m.id for m in models.data] == ["mock-model"]
 
@@ -232,7 +231,7 @@ def test_compressed_response_is_decoded_once(proxy, mock: MockUpstream) -> None:
         chunks=[gzip.compress(body)],
     )
     mock.push(gzipped, gzipped)
-    client = client_for(proxy)
+    client = own_key_client(proxy)
     result = client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
     assert result.choices[0].message.content == "squeezed"
     raw = httpx.post(
@@ -292,10 +291,8 @@ def test_hop_by_hop_and_own_headers_are_dropped(proxy, mock: MockUpstream) -> No
 
 
 def test_configured_key_replaces_client_authorization(mock: MockUpstream, start_proxy) -> None:
-    from pydantic import SecretStr
-
-    server = start_proxy(settings_for(mock.url, api_key=SecretStr("sk-proxy-owned")))
-    client_for(server).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    server = start_proxy(config(provider=mock.url, upstream={"api_key": "sk-proxy-owned"}))
+    own_key_client(server).chat.completions.create(model="gpt-4o", messages=MESSAGES)
     assert mock.received[-1].headers["authorization"] == "Bearer sk-proxy-owned"
 
 
@@ -383,7 +380,7 @@ def test_requests_left_alone_are_not_parsed_the_provider_judges_them(
 
 
 def test_oversized_body_is_413(mock: MockUpstream, start_proxy) -> None:
-    server = start_proxy(settings_for(mock.url, "server: {max_body_bytes: 1000}"))
+    server = start_proxy(config(provider=mock.url, server={"max_body_bytes": 1000}))
     big = json.dumps({"messages": [{"role": "user", "content": "x" * 2000}]}).encode()
     response = httpx.post(f"{server.url}/v1/chat/completions", content=big)
     assert response.status_code == 413
@@ -400,18 +397,17 @@ def test_oversized_body_is_413(mock: MockUpstream, start_proxy) -> None:
 
 def test_openai_client_sees_provider_unreachable_as_502(start_proxy) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    server = start_proxy(settings_for(dead))
+    server = start_proxy(config(provider=dead))
     with pytest.raises(openai.APIStatusError) as info:
-        client_for(server).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+        own_key_client(server).chat.completions.create(model="gpt-4o", messages=MESSAGES)
     assert info.value.status_code == 502
     assert info.value.body["code"] == "upstream_unavailable"
 
 
 @pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
 def test_provider_timeout_is_504(mock: MockUpstream, start_proxy, transport: str) -> None:
-    from proxy.config.settings import Timeouts
-
-    server = start_proxy(settings_for(mock.url, transport=transport, timeouts=Timeouts(read=0.3)))
+    upstream = {"transport": transport, "timeouts": {"read": 0.3}}
+    server = start_proxy(config(provider=mock.url, upstream=upstream))
     mock.push(Reply(delay=1.0, chunks=[b"{}"]))
     response = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": []})
     assert response.status_code == 504
@@ -450,7 +446,7 @@ def test_many_concurrent_streams(proxy, mock: MockUpstream) -> None:
     results: list[str] = []
 
     def run() -> None:
-        stream = client_for(proxy).chat.completions.create(
+        stream = own_key_client(proxy).chat.completions.create(
             model="gpt-4o", messages=MESSAGES, stream=True
         )
         results.append("".join(c.choices[0].delta.content or "" for c in stream))

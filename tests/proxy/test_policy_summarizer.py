@@ -4,59 +4,52 @@ by what each summarizer endpoint received, through the real proxy and the offici
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import running_mock, settings_for
-from tests.proxy.provider import (
-    INLINE_POLICY,
-    SUMMARIZER_MODEL,
-    Provider,
-    check_sent,
-    conversation_client,
-    talk,
-)
+from proxy.config.settings import Settings
+from tests.support.clients import openai_client
+from tests.support.config import COMPACTING, EVERY_THREE_INTERACTIONS, config
+from tests.support.mock_upstream import MockUpstream
+from tests.support.provider import Provider, check_sent, talk
 
 
 @pytest.fixture
-def other() -> Iterator[MockUpstream]:
+def other(second_mock: MockUpstream) -> MockUpstream:
     """A second provider: the endpoint one policy's summarizer speaks to (it echoes)."""
-    with running_mock() as upstream:
-        yield upstream
+    return second_mock
 
 
-def config(other_url: str) -> str:
-    return f"""
-store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}}
-summarizer:
-  model: {SUMMARIZER_MODEL}
-  timeout_seconds: 5
-  max_summary_tokens: 300
-  instructions: GLOBAL-INSTRUCTIONS
-policies:
-  default: {INLINE_POLICY}
-  own: {INLINE_POLICY}
-    summarizer:
-      base_url: "{other_url}/v1"
-      api_key: sk-policy-summarizer
-      model: $request
-      max_summary_tokens: 77
-      prompt: POLICY-PROMPT
-      instructions: Answer in French.
-      cod_max_loops: 2
-      final_prompt: "Notes so far: {{summary}}"
-"""
+def two_summarizers(provider: str, other_url: str) -> Settings:
+    """The global summarizer, and policy ``own`` with one of its own at ``other_url``."""
+    own = {
+        "base_url": f"{other_url}/v1",
+        "api_key": "sk-policy-summarizer",
+        "model": "$request",
+        "max_summary_tokens": 77,
+        "prompt": "POLICY-PROMPT",
+        "instructions": "Answer in French.",
+        "cod_max_loops": 2,
+        "final_prompt": "Notes so far: {summary}",
+    }
+    return config(
+        COMPACTING,
+        provider=provider,
+        summarizer={"max_summary_tokens": 300, "instructions": "GLOBAL-INSTRUCTIONS"},
+        policies={
+            "default": EVERY_THREE_INTERACTIONS,
+            "own": {**EVERY_THREE_INTERACTIONS, "summarizer": own},
+        },
+    )
 
 
 def test_each_policy_summarizes_with_its_own_settings(
     mock: MockUpstream, other: MockUpstream, start_proxy
 ) -> None:
     provider = Provider(mock)
-    server = start_proxy(settings_for(mock.url, config(other.url)))  # type: ignore[attr-defined]
+    server = start_proxy(two_summarizers(mock.url, other.url))
 
-    talk(conversation_client(server, "plain", **{"X-Compaction-Policy": "default"}), 6)
+    talk(openai_client(server, "plain", headers={"X-Compaction-Policy": "default"}), 6)
     calls = provider.summary_requests()
     assert calls and not other.received  # the global summarizer: the upstream, its model
     for call in calls:
@@ -67,7 +60,7 @@ def test_each_policy_summarizes_with_its_own_settings(
     )
 
     before = len(calls)
-    own = conversation_client(server, "custom", **{"X-Compaction-Policy": "own"})
+    own = openai_client(server, "custom", headers={"X-Compaction-Policy": "own"})
     history = talk(own, 6)
     assert len(provider.summary_requests()) == before  # none of its summaries went upstream
     received = other.chat_requests()

@@ -9,10 +9,10 @@ from pathlib import Path
 import openai
 
 from proxy.tools.evaluation.transcripts import read_jsonl
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn
+from tests.support.config import config
+from tests.support.mock_upstream import MockUpstream
+from tests.support.sdk_clients import closed_after_test
+from tests.support.servers import ThreadedUvicorn
 
 
 def chat(proxy: ThreadedUvicorn, history: list[dict[str, str]], conversation: str) -> None:
@@ -29,8 +29,8 @@ def test_requests_are_recorded_as_transcripts(
     tmp_path: Path, mock: MockUpstream, start_proxy: Callable[..., ThreadedUvicorn]
 ) -> None:
     log = tmp_path / "recorded.jsonl"
-    url = mock.url  # type: ignore[attr-defined]
-    proxy = start_proxy(settings_for(url, f"record: {{path: '{log}'}}"))
+    url = mock.url
+    proxy = start_proxy(config(provider=url, record={"path": str(log)}))
     history = [{"role": "user", "content": "The build id is build-42."}]
     chat(proxy, history, "conv-1")
     history.append({"role": "user", "content": "And now?"})
@@ -58,6 +58,6 @@ def test_nothing_is_recorded_by_default(
     monkeypatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    proxy = start_proxy(settings_for(mock.url))  # type: ignore[attr-defined]
+    proxy = start_proxy(config(provider=mock.url))
     chat(proxy, [{"role": "user", "content": "secret plans"}], "conv-1")
     assert list(tmp_path.iterdir()) == []

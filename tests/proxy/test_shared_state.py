@@ -4,40 +4,25 @@ after, and what Redis holds (issue 9). A private redis-server per test; never th
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 import redis
 
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider, take_turn
-from tests.proxy.test_compaction_e2e import ADMIN, KEY, admin_get, client_for
-from tests.redis_server import RedisServer, own_redis_server
-from tests.servers import ThreadedUvicorn, free_port
+from proxy.config.settings import Settings
+from tests.support.clients import KEY, admin_get, openai_client
+from tests.support.config import summarizing
+from tests.support.provider import SYSTEM, Provider, take_turn
+from tests.support.redis_server import RedisServer
+from tests.support.servers import ThreadedUvicorn, free_port
 
 SECRET_KEY = b"cproxy:tenant-secret"
 
 
-def config(store_url: str, *, extra_store: str = "") -> str:
+def without_secret(provider: str, store_url: str, **store: object) -> Settings:
     # No tenant_secret: the point of these tests.
-    return f"""
-store: {{url: "{store_url}", max_checkpoints: 32, breaker_cooldown_seconds: 0.2{extra_store}}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
-admin: {{token: {ADMIN}}}
-policies:
-  default:
-    strategy: summarize
-    mode: inline
-    trigger: {{interactions: 6, context_fraction: 0}}
-    keep: {{interactions: 2}}
-"""
-
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    with own_redis_server() as server:
-        yield server
+    store = {"tenant_secret": None, "breaker_cooldown_seconds": 0.2, **store}
+    return summarizing(provider, store_url, store=store)
 
 
 def wait_for_state(server: ThreadedUvicorn, state: str, timeout: float = 10) -> dict:
@@ -54,12 +39,11 @@ def test_two_replicas_without_a_tenant_secret_share_one_summary(
     mock, start_proxy, redis_server: RedisServer
 ) -> None:
     provider = Provider(mock)
-    text = config(redis_server.url)
-    replicas = [start_proxy(settings_for(mock.url, text)) for _ in range(2)]
+    replicas = [start_proxy(without_secret(mock.url, redis_server.url)) for _ in range(2)]
     history = [SYSTEM]
     outcomes = []
     for turn in range(9):
-        headers = take_turn(client_for(replicas[turn % 2]), history, f"Step {turn}")
+        headers = take_turn(openai_client(replicas[turn % 2]), history, f"Step {turn}")
         outcomes.append((headers[-1]["x-compaction"], headers[-1]["x-compaction-checkpoint"]))
     assert provider.summaries == 1, outcomes
     applied = [checkpoint for outcome, checkpoint in outcomes if outcome == "applied"]
@@ -70,8 +54,8 @@ def test_two_replicas_without_a_tenant_secret_share_one_summary(
     # A restarted proxy reads the same secret: it finds the checkpoint, no new summary.
     for server in replicas:
         server.__exit__(None, None, None)
-    restarted = start_proxy(settings_for(mock.url, text))
-    headers = take_turn(client_for(restarted), history, "after the restart")
+    restarted = start_proxy(without_secret(mock.url, redis_server.url))
+    headers = take_turn(openai_client(restarted), history, "after the restart")
     assert headers[-1]["x-compaction"] == "applied"
     assert headers[-1]["x-compaction-checkpoint"] == applied[-1]
     assert provider.summaries == 1
@@ -83,10 +67,10 @@ def test_redis_down_at_start_up_serves_then_adopts_the_shared_secret(
     provider = Provider(mock)
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
-    early = start_proxy(settings_for(mock.url, config(url)))  # nothing listens there yet
+    early = start_proxy(without_secret(mock.url, url))  # nothing listens there yet
     history = [SYSTEM]
     for turn in range(9):
-        assert take_turn(client_for(early), history, f"Step {turn}")[-1]["x-compaction"] in (
+        assert take_turn(openai_client(early), history, f"Step {turn}")[-1]["x-compaction"] in (
             "applied",
             "skipped",
         )
@@ -99,11 +83,11 @@ def test_redis_down_at_start_up_serves_then_adopts_the_shared_secret(
     with RedisServer(port=port):
         # No traffic: the background probe notices Redis and loads the shared secret.
         assert wait_for_state(early, "ok")["store"]["state"] == "ok"
-        late = start_proxy(settings_for(mock.url, config(url)))
+        late = start_proxy(without_secret(mock.url, url))
         history.append({"role": "user", "content": "Step 9"})
-        client_for(early).chat.completions.create(model="gpt-4o", messages=history)
+        openai_client(early).chat.completions.create(model="gpt-4o", messages=history)
         before = provider.summaries
-        headers = take_turn(client_for(late), history, "Step 10")
+        headers = take_turn(openai_client(late), history, "Step 10")
         # The early proxy's summary after recovery is in Redis under the shared secret.
         assert headers[-1]["x-compaction"] == "applied"
         assert provider.summaries == before
@@ -111,11 +95,11 @@ def test_redis_down_at_start_up_serves_then_adopts_the_shared_secret(
 
 def test_readyz_recovers_without_traffic(mock, start_proxy, redis_server: RedisServer) -> None:
     Provider(mock)
-    server = start_proxy(settings_for(mock.url, config(redis_server.url)))
+    server = start_proxy(without_secret(mock.url, redis_server.url))
     history = [SYSTEM]
-    take_turn(client_for(server), history, "Step 0")
+    take_turn(openai_client(server), history, "Step 0")
     redis_server.kill()
-    take_turn(client_for(server), history, "Step 1")
+    take_turn(openai_client(server), history, "Step 1")
     assert httpx.get(f"{server.url}/readyz").json()["store"]["state"] == "degraded"
     redis_server.start()
     assert wait_for_state(server, "ok")["store"]["state"] == "ok"
@@ -126,14 +110,12 @@ def test_redis_holds_no_raw_conversation_id(
     mock, start_proxy, redis_server: RedisServer, sealed: bool
 ) -> None:
     Provider(mock)
-    keys = (
-        ', encryption_keys: ["k1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="]' if sealed else ""
-    )
-    server = start_proxy(settings_for(mock.url, config(redis_server.url, extra_store=keys)))
+    keys = ["k1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="] if sealed else []
+    server = start_proxy(without_secret(mock.url, redis_server.url, encryption_keys=keys))
     conversation = "ticket-4711-customer-acme"
     history = [SYSTEM]
     for turn in range(9):
-        take_turn(client_for(server, conversation), history, f"Step {turn}")
+        take_turn(openai_client(server, conversation), history, f"Step {turn}")
     with redis.Redis.from_url(redis_server.url) as raw:
         stored = {key: raw.get(key) for key in raw.scan_iter() if raw.type(key) == b"string"}
     records = [value for key, value in stored.items() if key.startswith(b"cproxy:r:")]
@@ -154,17 +136,16 @@ def test_replicas_agree_again_after_redis_restarts_empty(
     mock, start_proxy, redis_server: RedisServer
 ) -> None:
     provider = Provider(mock)
-    text = config(redis_server.url)
-    running = start_proxy(settings_for(mock.url, text))
-    take_turn(client_for(running), [SYSTEM], "Step 0")
+    running = start_proxy(without_secret(mock.url, redis_server.url))
+    take_turn(openai_client(running), [SYSTEM], "Step 0")
     redis_server.kill()
     redis_server.start()  # no persistence: the secret is gone with everything else
     deadline = time.monotonic() + 10
     with redis.Redis.from_url(redis_server.url) as raw:
         while raw.get(SECRET_KEY) is None and time.monotonic() < deadline:
             time.sleep(0.05)  # the running replica puts its secret back, without traffic
-    joining = start_proxy(settings_for(mock.url, text))
+    joining = start_proxy(without_secret(mock.url, redis_server.url))
     history = [SYSTEM]
     for turn in range(9):
-        take_turn(client_for([running, joining][turn % 2]), history, f"Step {turn}")
+        take_turn(openai_client([running, joining][turn % 2]), history, f"Step {turn}")
     assert provider.summaries == 1

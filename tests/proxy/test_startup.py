@@ -11,9 +11,9 @@ import pytest
 import tiktoken
 
 from proxy.core.tokens import TokenCounter
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SYSTEM, Provider
-from tests.proxy.test_compaction_e2e import client_for, config
+from tests.support.clients import openai_client
+from tests.support.config import summarizing
+from tests.support.provider import SYSTEM, Provider
 
 
 class Loader:
@@ -30,7 +30,7 @@ class Loader:
 
 def test_encodings_load_before_the_first_request(mock, start_proxy, tiktoken_files) -> None:
     Provider(mock)
-    settings = settings_for(mock.url, config("memory://"))
+    settings = summarizing(mock.url)
     loader = Loader()
     server = start_proxy(
         settings, counter=TokenCounter(settings.model_table(), load_encoding=loader)
@@ -38,7 +38,7 @@ def test_encodings_load_before_the_first_request(mock, start_proxy, tiktoken_fil
     assert "o200k_base" in loader.calls  # before any request arrived
     assert httpx.get(f"{server.url}/readyz").json()["tokenizer"] == "exact"
     loaded = list(loader.calls)
-    client_for(server).chat.completions.create(
+    openai_client(server).chat.completions.create(
         model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "hello"}]
     )
     assert loader.calls == loaded  # the first request loaded nothing
@@ -48,7 +48,7 @@ def test_unloadable_encodings_warn_once_and_stay_ready(
     mock, start_proxy, caplog: pytest.LogCaptureFixture
 ) -> None:
     Provider(mock)
-    settings = settings_for(mock.url, config("memory://"))
+    settings = summarizing(mock.url)
     caplog.set_level(logging.WARNING, logger="proxy")
     server = start_proxy(
         settings, counter=TokenCounter(settings.model_table(), load_encoding=Loader(fail=True))
@@ -56,7 +56,7 @@ def test_unloadable_encodings_warn_once_and_stay_ready(
     ready = httpx.get(f"{server.url}/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
     assert ready.json()["tokenizer"] == "approximate"
-    raw = client_for(server).chat.completions.with_raw_response.create(
+    raw = openai_client(server).chat.completions.with_raw_response.create(
         model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "hello"}]
     )
     assert int(raw.headers["x-compaction-tokens-before"]) > 0  # the approximate counter

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.proxy.conftest import settings_for
+from tests.support.config import config
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 FIRST = b'data: {"choices":[{"delta":{"content":"hel"}}]}\n\n'
@@ -81,7 +81,7 @@ def dropping() -> Iterator[DroppingProvider]:
 def test_mid_stream_failure_is_an_upstream_failure_logged_once(
     dropping: DroppingProvider, start_proxy, path: str, route: str, headers: dict
 ) -> None:
-    server = start_proxy(settings_for(dropping.url))
+    server = start_proxy(config(provider=dropping.url))
     ours, uvicorn = Records(), Records()
     logging.getLogger("proxy").addHandler(ours)
     logging.getLogger("uvicorn.error").addHandler(uvicorn)

@@ -12,18 +12,16 @@ import httpx
 import openai
 import pytest
 
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM
 from tests.proxy.windowed import PADDING, WindowedProvider, agent_turn
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn
+from tests.support.clients import openai_client
+from tests.support.config import COMPACTING, config
+from tests.support.mock_upstream import MockUpstream
+from tests.support.provider import SYSTEM
+from tests.support.servers import ThreadedUvicorn
 
 SERVED = "acme/served-model"  # in no table: only the provider knows its window
-CONFIG = f"""
-store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
-"""  # the default policy: summarize ahead of time, trigger context_fraction 0.8
+CALLER = "sk-caller"  # whose key window discovery may use
+# COMPACTING's default policy: summarize ahead of time, trigger context_fraction 0.8.
 
 
 def vllm_entry(model: str, max_model_len: int | None) -> dict[str, Any]:
@@ -31,17 +29,6 @@ def vllm_entry(model: str, max_model_len: int | None) -> dict[str, Any]:
     if max_model_len is not None:
         entry["max_model_len"] = max_model_len
     return entry
-
-
-def client_for(server: ThreadedUvicorn, conversation: str = "run-1") -> openai.OpenAI:
-    return closed_after_test(
-        openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key="sk-caller",
-            max_retries=0,
-            default_headers={"X-Conversation-Id": conversation},
-        )
-    )
 
 
 def metric(server: ThreadedUvicorn, name: str, **labels: str) -> float | None:
@@ -56,7 +43,7 @@ def metric(server: ThreadedUvicorn, name: str, **labels: str) -> float | None:
 
 def run(server: ThreadedUvicorn, turns: int, *, model: str = SERVED) -> list[list[dict]]:
     """An agent run of ``turns`` user turns; the response headers of each turn's calls."""
-    client = client_for(server)
+    client = openai_client(server, "run-1", key=CALLER)
     history: list[dict[str, Any]] = [SYSTEM]
     seen = []
     for turn in range(turns):
@@ -75,7 +62,7 @@ def test_a_window_known_only_from_models_is_never_exceeded(
 ) -> None:
     provider = WindowedProvider(mock, window=4096, listing=[vllm_entry(SERVED, 4096)])
     mock.compression, mock.compress_unasked = coding, True
-    server = start_proxy(settings_for(mock.url, CONFIG))
+    server = start_proxy(config(COMPACTING, provider=mock.url))
     outcomes = [h["x-compaction"] for turn in run(server, 40) for h in turn]
 
     assert provider.over_window == []
@@ -92,7 +79,7 @@ def test_a_model_known_nowhere_overflows_once_then_compacts_ahead(
 ) -> None:
     provider = WindowedProvider(mock, window=4096, listing=[vllm_entry(SERVED, None)])
     mock.compression = coding
-    server = start_proxy(settings_for(mock.url, CONFIG))
+    server = start_proxy(config(COMPACTING, provider=mock.url))
     seen = run(server, 40)
 
     assert len(provider.over_window) == 1
@@ -114,7 +101,7 @@ def test_counts_calibrated_by_usage_keep_a_larger_tokenizer_under_the_window(
         mock, window=4096, listing=[vllm_entry(SERVED, 4096)], usage_factor=1.3
     )
     mock.compression = coding
-    server = start_proxy(settings_for(mock.url, CONFIG))
+    server = start_proxy(config(COMPACTING, provider=mock.url))
     run(server, 40)
 
     assert provider.over_window == []
@@ -128,8 +115,8 @@ def test_counts_calibrated_by_usage_keep_a_larger_tokenizer_under_the_window(
 def test_streamed_usage_calibrates_too(mock: MockUpstream, start_proxy, coding: str | None) -> None:
     WindowedProvider(mock, window=100_000, listing=[], usage_factor=1.25)
     mock.compression = coding
-    server = start_proxy(settings_for(mock.url, CONFIG))
-    client = client_for(server)
+    server = start_proxy(config(COMPACTING, provider=mock.url))
+    client = openai_client(server, "run-1", key=CALLER)
     messages = [SYSTEM, {"role": "user", "content": PADDING * 12}]
     for _ in range(3):
         stream = client.chat.completions.create(
@@ -141,8 +128,8 @@ def test_streamed_usage_calibrates_too(mock: MockUpstream, start_proxy, coding: 
 
 def test_config_disables_calibration(mock: MockUpstream, start_proxy) -> None:
     WindowedProvider(mock, window=100_000, listing=[], usage_factor=1.25)
-    server = start_proxy(settings_for(mock.url, CONFIG + "calibration: {enabled: false}\n"))
-    client_for(server).chat.completions.create(
+    server = start_proxy(config(COMPACTING, provider=mock.url, calibration={"enabled": False}))
+    openai_client(server, "run-1", key=CALLER).chat.completions.create(
         model=SERVED, messages=[SYSTEM, {"role": "user", "content": PADDING * 12}]
     )
     assert metric(server, "proxy_model_token_factor", model=SERVED) == 1.0
@@ -151,8 +138,8 @@ def test_config_disables_calibration(mock: MockUpstream, start_proxy) -> None:
 def test_a_hanging_models_listing_never_delays_a_request(mock: MockUpstream, start_proxy) -> None:
     provider = WindowedProvider(mock, window=100_000, listing=[vllm_entry(SERVED, 4096)])
     provider.listing_delay = 20.0  # longer than the proxy's discovery timeout
-    server = start_proxy(settings_for(mock.url, CONFIG))
-    client = client_for(server)
+    server = start_proxy(config(COMPACTING, provider=mock.url))
+    client = openai_client(server, "run-1", key=CALLER)
     started = time.monotonic()
     for turn in range(5):
         reply = client.chat.completions.create(
@@ -167,9 +154,9 @@ def test_each_model_is_looked_up_once(mock: MockUpstream, start_proxy) -> None:
     other = "acme/other-model"
     listing = [vllm_entry(SERVED, 8192), vllm_entry(other, 16384)]
     provider = WindowedProvider(mock, window=100_000, listing=listing)
-    server = start_proxy(settings_for(mock.url, CONFIG))
+    server = start_proxy(config(COMPACTING, provider=mock.url))
     for conversation, model in [("a", SERVED), ("b", other)] * 3:
-        client_for(server, conversation).chat.completions.create(
+        openai_client(server, conversation, key=CALLER).chat.completions.create(
             model=model, messages=[SYSTEM, {"role": "user", "content": "hello"}]
         )
         time.sleep(0.05)
@@ -181,10 +168,10 @@ def test_each_model_is_looked_up_once(mock: MockUpstream, start_proxy) -> None:
 
 def test_a_configured_window_is_not_looked_up(mock: MockUpstream, start_proxy) -> None:
     provider = WindowedProvider(mock, window=100_000, listing=[vllm_entry(SERVED, 4096)])
-    config = CONFIG + f'models: {{"{SERVED}": {{context_window: 32768}}}}\n'
-    server = start_proxy(settings_for(mock.url, config))
+    models = {SERVED: {"context_window": 32768}}
+    server = start_proxy(config(COMPACTING, provider=mock.url, models=models))
     for _ in range(3):
-        client_for(server).chat.completions.create(
+        openai_client(server, "run-1", key=CALLER).chat.completions.create(
             model=SERVED, messages=[SYSTEM, {"role": "user", "content": "hello"}]
         )
     assert provider.models_requests() == []
@@ -196,9 +183,9 @@ def test_an_unknown_window_is_warned_once_per_model(
 ) -> None:
     WindowedProvider(mock, window=100_000, listing=None)  # /v1/models answers 404
     with caplog.at_level(logging.WARNING, logger="proxy"):
-        server = start_proxy(settings_for(mock.url, CONFIG))
+        server = start_proxy(config(COMPACTING, provider=mock.url))
         for _ in range(4):
-            client_for(server).chat.completions.create(
+            openai_client(server, "run-1", key=CALLER).chat.completions.create(
                 model=SERVED, messages=[SYSTEM, {"role": "user", "content": "hello"}]
             )
             time.sleep(0.05)
@@ -212,14 +199,12 @@ def test_bad_input_and_uncompacted_requests_look_nothing_up(
     mock: MockUpstream, start_proxy
 ) -> None:
     provider = WindowedProvider(mock, window=100_000, listing=[vllm_entry(SERVED, 4096)])
-    server = start_proxy(settings_for(mock.url, CONFIG))
+    server = start_proxy(config(COMPACTING, provider=mock.url))
     with pytest.raises(openai.BadRequestError):
-        client_for(server).chat.completions.create(
+        openai_client(server, "run-1", key=CALLER).chat.completions.create(
             model=SERVED, messages=[{"role": "wizard", "content": "hi"}]
         )
-    plain = closed_after_test(
-        openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-caller", max_retries=0)
-    )
+    plain = openai_client(server, None, key=CALLER)
     plain.chat.completions.create(model=SERVED, messages=[SYSTEM, {"role": "user", "content": "x"}])
     time.sleep(0.1)
     assert provider.models_requests() == []

@@ -16,8 +16,15 @@ from typing import Any
 import openai
 
 from proxy.core.tokens import TokenCounter
-from tests.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_chunks, sse_reply
-from tests.proxy.provider import SUMMARIZER_MODEL, Provider, take_turn
+from tests.support.mock_upstream import (
+    MockUpstream,
+    Received,
+    Reply,
+    json_reply,
+    sse_chunks,
+    sse_reply,
+)
+from tests.support.provider import SUMMARIZER_MODEL, Provider, take_turn
 
 
 class WindowedProvider(Provider):

@@ -14,7 +14,7 @@ from proxy.state.conversations import Store
 from proxy.state.store.breaker import CircuitBreaker
 from proxy.state.store.memory import MemoryBackend
 from proxy.state.tenancy import Tenancy
-from tests.store.conftest import settings_for
+from tests.support.stores import store_settings
 
 MESSAGES = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
 
@@ -72,7 +72,7 @@ class FlakyBackend(MemoryBackend):
 def make_store(
     backend: FlakyBackend, *, fallback: bool = True, clock: Clock | None = None, **overrides: Any
 ) -> Store:
-    settings = settings_for("redis://unused", **overrides)
+    settings = store_settings("redis://unused", **overrides)
     return Store(
         backend,
         settings=settings,

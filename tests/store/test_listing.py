@@ -8,8 +8,7 @@ from proxy.core import history
 from proxy.core.checkpoints import find_deepest
 from proxy.errors import PayloadTooLarge
 from proxy.state import conversations
-from tests.store.conftest import StoreFactory
-from tests.store.test_store import checkpoint, conversation
+from tests.support.stores import StoreFactory, checkpoint, conversation
 
 pytestmark = pytest.mark.anyio
 

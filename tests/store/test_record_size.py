@@ -11,7 +11,7 @@ import pytest
 
 from proxy.core.checkpoints import Checkpoint
 from proxy.state.conversations import Store
-from tests.store.conftest import StoreFactory
+from tests.support.stores import StoreFactory
 
 pytestmark = pytest.mark.anyio
 

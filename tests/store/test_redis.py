@@ -27,20 +27,19 @@ from proxy.state.store.redis import (
     parse_sentinel_url,
     redact_url,
 )
-from tests.redis_server import RedisServer, free_cluster_port, skip_without_redis
-from tests.store.conftest import settings_for
-from tests.store.test_store import KEY_A, checkpoint, conversation
+from tests.support.redis_server import RedisServer, free_cluster_port, skip_without_redis
+from tests.support.stores import KEY_A, checkpoint, conversation, store_settings
 
 MESSAGES = conversation(40)
 
 
 @pytest.mark.anyio
 async def test_redis_holds_no_raw_id_or_credential_and_every_key_expires(
-    redis_server: RedisServer, redis_raw: Redis
+    shared_redis: RedisServer, redis_raw: Redis
 ) -> None:
     credential, conv = "sk-live-CREDENTIAL", "acme-support-thread-9"
     store = open_store(
-        settings_for(redis_server.url, ttl_seconds=3600, lock_ttl_seconds=90,
+        store_settings(shared_redis.url, ttl_seconds=3600, lock_ttl_seconds=90,
                      encryption_keys=(SecretStr(KEY_A),))
     )  # fmt: skip
     try:
@@ -72,9 +71,9 @@ async def test_redis_holds_no_raw_id_or_credential_and_every_key_expires(
 
 @pytest.mark.anyio
 async def test_the_fast_path_is_one_round_trip(
-    redis_server: RedisServer, redis_raw: Redis, monkeypatch: pytest.MonkeyPatch
+    shared_redis: RedisServer, redis_raw: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = open_store(settings_for(redis_server.url))
+    store = open_store(store_settings(shared_redis.url))
     try:
         assert await store.add_checkpoint("t", "c", checkpoint(MESSAGES, 5))
         await store.load("t", "c")  # connect (HELLO/CLIENT SETINFO are not per request)
@@ -112,7 +111,7 @@ async def test_the_fast_path_is_one_round_trip(
 
 def _write_from_a_process(url: str, worker: int, writers: int, root_id: str) -> list[bool]:
     async def run() -> list[bool]:
-        store = open_store(settings_for(url, max_checkpoints=512, operation_timeout_seconds=1.0))
+        store = open_store(store_settings(url, max_checkpoints=512, operation_timeout_seconds=1.0))
         try:
             children = [
                 Checkpoint.create(
@@ -142,12 +141,12 @@ def _write_from_a_process(url: str, worker: int, writers: int, root_id: str) -> 
     return asyncio.run(run())
 
 
-def test_fifty_writers_in_four_processes_lose_nothing(redis_server: RedisServer) -> None:
-    with SyncRedis.from_url(redis_server.url) as raw:
+def test_fifty_writers_in_four_processes_lose_nothing(shared_redis: RedisServer) -> None:
+    with SyncRedis.from_url(shared_redis.url) as raw:
         raw.flushdb()
 
     async def seed() -> tuple[str, int]:
-        store = open_store(settings_for(redis_server.url, max_checkpoints=512))
+        store = open_store(store_settings(shared_redis.url, max_checkpoints=512))
         try:
             root = checkpoint(MESSAGES, 5)
             assert await store.add_checkpoint("t", "c", root)
@@ -159,14 +158,14 @@ def test_fifty_writers_in_four_processes_lose_nothing(redis_server: RedisServer)
     processes, writers = 4, 50
     with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
         futures = [
-            pool.submit(_write_from_a_process, redis_server.url, w, writers, root_id)
+            pool.submit(_write_from_a_process, shared_redis.url, w, writers, root_id)
             for w in range(processes)
         ]
         results = [r for f in futures for r in f.result(timeout=120)]
     assert len(results) == processes * writers and all(results)
 
     async def check() -> int:
-        store = open_store(settings_for(redis_server.url, max_checkpoints=512))
+        store = open_store(store_settings(shared_redis.url, max_checkpoints=512))
         try:
             record = await store.load("t", "c")
             assert record is not None
@@ -179,7 +178,7 @@ def test_fifty_writers_in_four_processes_lose_nothing(redis_server: RedisServer)
 
 @pytest.mark.anyio
 async def test_cancelled_calls_never_desynchronise_pooled_connections(
-    redis_server: RedisServer, redis_raw: Redis
+    shared_redis: RedisServer, redis_raw: Redis
 ) -> None:
     # Values of very different sizes, so cancellations land before, during and after replies.
     rng = random.Random(4)
@@ -188,7 +187,7 @@ async def test_cancelled_calls_never_desynchronise_pooled_connections(
     }
     await redis_raw.mset(values)
     backend = RedisBackend.from_settings(
-        settings_for(redis_server.url, max_connections=3, operation_timeout_seconds=5)
+        store_settings(shared_redis.url, max_connections=3, operation_timeout_seconds=5)
     )
     try:
         for _ in range(30):
@@ -207,12 +206,12 @@ async def test_cancelled_calls_never_desynchronise_pooled_connections(
 
 @pytest.mark.anyio
 async def test_store_timeouts_never_desynchronise_either(
-    redis_server: RedisServer, redis_raw: Redis
+    shared_redis: RedisServer, redis_raw: Redis
 ) -> None:
     # The store's own operation timeout cancels calls mid-flight too; with a tiny timeout most
     # calls time out; the ones that answer must still answer for their own conversation.
-    writer = open_store(settings_for(redis_server.url))
-    tight = open_store(settings_for(redis_server.url, operation_timeout_seconds=0.0005,
+    writer = open_store(store_settings(shared_redis.url))
+    tight = open_store(store_settings(shared_redis.url, operation_timeout_seconds=0.0005,
                                     max_connections=2, breaker_failures=10**6))  # fmt: skip
     try:
         big = [{"role": "user", "content": "x" * 100_000}] * 3
@@ -239,7 +238,7 @@ async def test_redis_killed_and_restarted_during_a_stream_of_calls() -> None:
     skip_without_redis()
     server = RedisServer().start()
     store = open_store(
-        settings_for(server.url, operation_timeout_seconds=0.1, breaker_cooldown_seconds=0.2)
+        store_settings(server.url, operation_timeout_seconds=0.1, breaker_cooldown_seconds=0.2)
     )
     outcomes: list[float] = []
     errors: list[BaseException] = []
@@ -297,7 +296,7 @@ async def test_redis_killed_and_restarted_during_a_stream_of_calls() -> None:
 async def test_sentinel_url_reaches_the_master() -> None:
     skip_without_redis()
     with RedisServer() as master, RedisServer(sentinel_for=master.port) as sentinel:
-        store = open_store(settings_for(f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster"))
+        store = open_store(store_settings(f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster"))
         try:
             assert await store.add_checkpoint("t", "c", checkpoint(MESSAGES, 5))
             assert await store.load("t", "c") is not None
@@ -323,7 +322,7 @@ async def test_cluster_url_works_against_a_one_node_cluster() -> None:
     cluster = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
     with RedisServer(*cluster, port=free_cluster_port()) as node:
         await asyncio.to_thread(_own_every_slot, node.url)
-        store = open_store(settings_for(f"redis+cluster://127.0.0.1:{node.port}"))
+        store = open_store(store_settings(f"redis+cluster://127.0.0.1:{node.port}"))
         try:
             assert await store.add_checkpoint("t", "c", checkpoint(MESSAGES, 5))
             assert await store.load("t", "c") is not None

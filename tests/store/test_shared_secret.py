@@ -9,9 +9,8 @@ from redis.asyncio import Redis
 from proxy.config.settings import StoreSettings
 from proxy.state.opening import open_store
 from proxy.state.tenancy import SECRET_KEY
-from tests.redis_server import RedisServer
-from tests.store.conftest import StoreFactory
-from tests.store.test_store import KEY_A, KEY_B, checkpoint, conversation
+from tests.support.redis_server import RedisServer
+from tests.support.stores import KEY_A, KEY_B, StoreFactory, checkpoint, conversation
 
 pytestmark = pytest.mark.anyio
 
@@ -34,13 +33,13 @@ async def test_listing_names_conversations_the_values_do_not(make_store: StoreFa
 
 
 async def test_a_secret_that_cannot_be_opened_degrades_and_names_the_key(
-    redis_server: RedisServer, redis_raw: Redis
+    shared_redis: RedisServer, redis_raw: Redis
 ) -> None:
-    plain = open_store(StoreSettings(url=redis_server.url))
+    plain = open_store(StoreSettings(url=shared_redis.url))
     await plain.start()
     assert plain.state().state == "ok"
     # Encryption switched on later: the plain secret is refused, never silently replaced.
-    sealed = open_store(StoreSettings(url=redis_server.url, encryption_keys=[SecretStr(KEY_A)]))
+    sealed = open_store(StoreSettings(url=shared_redis.url, encryption_keys=[SecretStr(KEY_A)]))
     try:
         await sealed.start()
         health = sealed.state()
@@ -55,11 +54,11 @@ async def test_a_secret_that_cannot_be_opened_degrades_and_names_the_key(
 
 
 async def test_a_key_rotation_reseals_the_secret_so_the_old_key_can_go(
-    redis_server: RedisServer, redis_raw: Redis
+    shared_redis: RedisServer, redis_raw: Redis
 ) -> None:
     def store_with(*keys: str):
         return open_store(
-            StoreSettings(url=redis_server.url, encryption_keys=[SecretStr(k) for k in keys])
+            StoreSettings(url=shared_redis.url, encryption_keys=[SecretStr(k) for k in keys])
         )
 
     stores = [store_with(KEY_A), store_with(KEY_B, KEY_A), store_with(KEY_B)]

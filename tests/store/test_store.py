@@ -3,43 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
-from proxy.core.checkpoints import Checkpoint, find_deepest
-from tests.store.conftest import StoreFactory
+from proxy.core.checkpoints import find_deepest
+from tests.support.stores import KEY_A, KEY_B, StoreFactory, checkpoint, conversation
 
 pytestmark = pytest.mark.anyio
-
-KEY_A = "a:" + base64.b64encode(b"A" * 32).decode()
-KEY_B = "b:" + base64.b64encode(b"B" * 32).decode()
-
-
-def conversation(turns: int, *, tag: str = "") -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
-    for i in range(turns):
-        messages.append({"role": "user", "content": f"question {i}{tag}"})
-        messages.append({"role": "assistant", "content": f"answer {i}{tag}"})
-    return messages
-
-
-def checkpoint(
-    messages: list[dict[str, Any]], covered: int, *, parent: Checkpoint | None = None
-) -> Checkpoint:
-    return Checkpoint.create(
-        messages,
-        covered=covered,
-        summary=f"summary of {covered}",
-        parent_id=parent.id if parent else None,
-        summary_tokens=12,
-        model="gpt-4o-mini",
-        dropped_messages=covered - 1,
-        dropped_tokens=100,
-    )
 
 
 async def test_miss_then_hit(make_store: StoreFactory) -> None:

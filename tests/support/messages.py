@@ -1,14 +1,8 @@
-"""Small factories for chat messages, a shared token counter and a fake summarizer."""
+"""Small factories for chat messages, in the shape clients send them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
-
-import pytest
-
-from proxy.core.tokens import TokenCounter
 
 Message = dict[str, Any]
 
@@ -42,23 +36,3 @@ def chat(turns: int, *, words: int = 20, preamble: bool = True) -> list[Message]
     for i in range(turns):
         messages += [user(f"question {i} " + "word " * words), assistant(f"answer {i} " * words)]
     return messages
-
-
-@pytest.fixture(scope="session")
-def counter(tiktoken_cache_dir: Path) -> TokenCounter:
-    """A real tiktoken counter, shared so its cache is warm across tests."""
-    return TokenCounter()
-
-
-class FakeSummarizer:
-    """Records what it was asked and answers with a fixed, recognisable summary."""
-
-    def __init__(self, text: str = "SUMMARY") -> None:
-        self.text = text
-        self.calls: list[dict[str, Any]] = []
-
-    async def summarize(
-        self, transcript: Sequence[Message], *, previous: str | None, model: str, max_tokens: int
-    ) -> str:
-        self.calls.append({"transcript": list(transcript), "previous": previous, "model": model})
-        return f"{previous} + {self.text}" if previous else self.text

@@ -17,8 +17,8 @@ import json
 import threading
 from typing import Any
 
-from tests.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
-from tests.proxy.provider import Provider
+from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
+from tests.support.provider import Provider
 
 INSTRUCTIONS = "You are a careful coding agent."
 TASK = {"type": "message", "role": "user", "content": "AGENT: fix the failing tests"}
@@ -244,3 +244,23 @@ def _events(events: list[tuple[str, dict[str, Any]]], *, first: int = 0) -> list
         f"event: {name}\ndata: {json.dumps({'type': name, 'sequence_number': i, **data})}\n\n".encode()
         for i, (name, data) in enumerate(events, start=first)
     ]
+
+
+DEVELOPER = {"type": "message", "role": "developer", "content": "Run the tests after each edit."}
+
+
+def long_input() -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [DEVELOPER]
+    for turn in range(12):
+        items.append(
+            {"type": "message", "role": "user", "content": f"Step {turn}: edit file {turn}"}
+        )
+        items.append(
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": f"edited {turn}", "annotations": []}],
+            }
+        )
+    items.append({"type": "message", "role": "user", "content": "last step"})
+    return items

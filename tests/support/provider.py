@@ -16,11 +16,11 @@ import json
 import threading
 from typing import Any
 
-import httpx
 import openai
 
 from proxy.core.tokens import TokenCounter
-from tests.mock_upstream import (
+from tests.support.config import SUMMARIZER_MODEL
+from tests.support.mock_upstream import (
     MockUpstream,
     Received,
     Reply,
@@ -30,9 +30,7 @@ from tests.mock_upstream import (
     sse_chunks,
     sse_reply,
 )
-from tests.sdk_clients import closed_after_test
 
-SUMMARIZER_MODEL = "mock-summarizer"
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 TOOLS = [
     {
@@ -213,33 +211,19 @@ def check_sent(sent: list[dict[str, Any]], history: list[dict[str, Any]]) -> Non
     assert history[ends[-1] - len(tail) - 1]["role"] != "tool" or not tail, "cut inside a tool pair"
 
 
+def tool_output(n: int) -> str:
+    """A test run's output: ~300-500 tokens, different every round."""
+    lines = 15 + (n * 7) % 10
+    return f"run {n}\n" + "".join(
+        f"FAILED tests/test_mod_{n}.py::test_case_{i} - AssertionError: expected {i}, got {i + n}\n"
+        for i in range(lines)
+    )
+
+
 def _agent_running(messages: list[dict[str, Any]]) -> bool:
     if messages[-1]["role"] not in ("user", "tool"):
         return False
     return any(m["role"] == "user" and "AGENT" in str(m.get("content")) for m in messages)
-
-
-# A policy that summarizes inline after 3 interactions, keeping the last one: a summary within
-# a handful of turns (``talk``).
-INLINE_POLICY = """
-    strategy: summarize
-    mode: inline
-    trigger: {interactions: 3, context_fraction: 0}
-    keep: {interactions: 1}"""
-
-
-def conversation_client(
-    server: Any, conversation: str, *, key: str = "sk-caller", **headers: str
-) -> openai.OpenAI:
-    """The official client towards a proxy, naming ``conversation`` (and any other headers)."""
-    return closed_after_test(
-        openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key=key,
-            max_retries=0,
-            default_headers={"X-Conversation-Id": conversation, **headers},
-        )
-    )
 
 
 def talk(client: openai.OpenAI, turns: int) -> list[dict[str, Any]]:
@@ -248,25 +232,3 @@ def talk(client: openai.OpenAI, turns: int) -> list[dict[str, Any]]:
     for turn in range(turns):
         take_turn(client, history, f"Step {turn}: fix src/m{turn}.py. " + "Be thorough. " * 12)
     return history
-
-
-ADMIN_TOKEN = "admin-token-for-tests"
-
-
-def inline_config(extra: str = "") -> str:
-    """Memory store, the mock summarizer, the admin API, INLINE_POLICY as default; then
-    ``extra`` (top-level YAML sections)."""
-    return f"""
-store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
-admin: {{token: {ADMIN_TOKEN}}}
-policies:
-  default: {INLINE_POLICY}
-{extra}
-"""
-
-
-def admin_view(server: Any, conversation: str, *, key: str) -> dict[str, Any]:
-    """The conversation as the admin API shows it to the caller with ``key``."""
-    headers = {"authorization": f"Bearer {ADMIN_TOKEN}", "x-caller-authorization": f"Bearer {key}"}
-    return httpx.get(f"{server.url}/admin/conversations/{conversation}", headers=headers).json()

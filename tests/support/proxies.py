@@ -1,4 +1,5 @@
-"""Fixtures for the proxy's wire tests: a real mock provider and a real proxy, on free ports."""
+"""Real servers of the wire tests: the mock provider and the proxy, each under uvicorn on a free
+loopback port, the proxy started as ``compaction-proxy serve`` starts it."""
 
 from __future__ import annotations
 
@@ -6,13 +7,11 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import pytest
-
 from proxy.app import create_app
-from proxy.config.settings import Settings, parse_settings
+from proxy.config.settings import Settings
 from proxy.server.run import uvicorn_options
-from tests.mock_upstream import MockUpstream
-from tests.servers import ThreadedUvicorn
+from tests.support.mock_upstream import MockUpstream
+from tests.support.servers import ThreadedUvicorn
 
 
 @contextlib.contextmanager
@@ -20,20 +19,8 @@ def running_mock() -> Iterator[MockUpstream]:
     """A MockUpstream served on a free loopback port; its base URL is ``.url``."""
     upstream = MockUpstream()
     with ThreadedUvicorn(upstream) as server:
-        upstream.url = server.url  # type: ignore[attr-defined]
+        upstream.url = server.url
         yield upstream
-
-
-@pytest.fixture
-def mock() -> Iterator[MockUpstream]:
-    with running_mock() as upstream:
-        yield upstream
-
-
-def settings_for(upstream_url: str, yaml_text: str = "", **upstream: Any) -> Settings:
-    settings = parse_settings(yaml_text, environ={})
-    fields = {"base_url": f"{upstream_url}/v1", **upstream}
-    return settings.model_copy(update={"upstream": settings.upstream.model_copy(update=fields)})
 
 
 @contextlib.contextmanager
@@ -55,15 +42,3 @@ def running_proxies() -> Iterator[Callable[..., ThreadedUvicorn]]:
     finally:
         for server in reversed(servers):
             server.__exit__(None, None, None)
-
-
-@pytest.fixture
-def start_proxy() -> Iterator[Callable[..., ThreadedUvicorn]]:
-    """start_proxy(settings) -> a running proxy (running_proxies), stopped at the end of the test."""
-    with running_proxies() as start:
-        yield start
-
-
-@pytest.fixture
-def proxy(mock: MockUpstream, start_proxy: Callable[..., ThreadedUvicorn]) -> ThreadedUvicorn:
-    return start_proxy(settings_for(mock.url))  # type: ignore[attr-defined]

@@ -1,7 +1,7 @@
 """One agent, three dialects: the drivers of the behavioural suite (test_behaviour.py).
 
 ``Providers`` is the mock provider that serves all three dialects on one port: chat completions
-(and the summarizer's calls, model ``mock-summarizer``) by tests/proxy/provider.py, the Responses
+(and the summarizer's calls, model ``mock-summarizer``) by tests/support/provider.py, the Responses
 API by ResponsesProvider, Anthropic Messages by AnthropicProvider (the proxy's
 ``upstream.anthropic_base_url`` points at the same server). Each plays an agent that keeps
 calling one tool while its task (``AGENT ... TOOL``) is running.
@@ -27,29 +27,19 @@ import anthropic
 import httpx
 import openai
 
-from tests.dialects.anthropic_provider import AnthropicProvider
-from tests.dialects.responses_provider import ResponsesProvider
-from tests.mock_upstream import MockUpstream, Received
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL
-from tests.proxy.test_agent_runs import config as agent_config
-from tests.proxy.test_agent_runs import tool_output
-from tests.proxy.test_compaction_e2e import KEY
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn
-from tests.settle import settle
+from tests.support.anthropic_provider import AnthropicProvider
+from tests.support.clients import KEY, openai_client
+from tests.support.config import AGENT_RUN, FROZEN, SUMMARIZER_MODEL, summarizing
+from tests.support.mock_upstream import MockUpstream, Received
+from tests.support.provider import tool_output
+from tests.support.responses_provider import ResponsesProvider
+from tests.support.sdk_clients import closed_after_test
+from tests.support.servers import ThreadedUvicorn
+from tests.support.settle import settle
 
 SUMMARY_OPEN = "<agent_summary>"
 PREAMBLE = "You are a careful coding agent."
 TASK = "AGENT: fix the failing tests, one TOOL call at a time"
-
-
-def config(*, mode: str = "inline", trigger: str = "input_tokens: 2000") -> str:
-    """The same proxy configuration for every dialect: memory store, the mock summarizer, the
-    admin API, a default policy that summarizes a long agent run, and ``frozen`` (off)."""
-    policy = f"\n    trigger: {{{trigger}, context_fraction: 0}}\n    keep: {{tokens: 900}}"
-    frozen = '\n  frozen: {strategy: "off"}'  # the next entry of ``policies:``
-    return agent_config(mode=mode, policy=policy + frozen)
 
 
 # --- the neutral view ---------------------------------------------------------------------------
@@ -256,9 +246,16 @@ class Driver:
         self._closers: list[Callable[[], None]] = []
         self._answered = 0  # requests of this driver the proxy answered
 
-    def start(self, yaml_text: str) -> ThreadedUvicorn:
-        url = self.mock.url  # type: ignore[attr-defined]
-        self.server = self._start_proxy(settings_for(url, yaml_text, anthropic_base_url=url))
+    def start(self, *, mode: str = "inline", input_tokens: int = 2000) -> ThreadedUvicorn:
+        """The same proxy for every dialect: COMPACTING, a default policy that summarizes an
+        agent run past ``input_tokens`` keeping 900 tokens, and ``frozen`` (off)."""
+        trigger = {"input_tokens": input_tokens, "context_fraction": 0}
+        policy = {**AGENT_RUN, "trigger": trigger, "keep": {"tokens": 900}}
+        url = self.mock.url
+        settings = summarizing(
+            url, policy=policy, mode=mode, policies=FROZEN, upstream={"anthropic_base_url": url}
+        )
+        self.server = self._start_proxy(settings)
         return self.server
 
     def close(self) -> None:
@@ -303,7 +300,7 @@ class Driver:
     def settle(self) -> None:
         """Waits (bounded) until the proxy is done with every request answered so far and has no
         summary queued or running: an agent whose tool takes longer than a summary, whatever the
-        load (tests/settle.py)."""
+        load (tests/support/settle.py)."""
         assert self.server is not None
         settle(self.server.url, route=self.label, answered=self._answered)
 
@@ -389,15 +386,8 @@ class Driver:
 class _OpenAIDriver(Driver):
     def _client(self, key: str, headers: dict[str, str], sent: list[bytes]) -> openai.OpenAI:
         assert self.server is not None
-        return closed_after_test(
-            openai.OpenAI(
-                base_url=f"{self.server.url}/v1",
-                api_key=key,
-                max_retries=0,
-                default_headers=headers,
-                http_client=openai.DefaultHttpxClient(event_hooks=self._keeping(sent)),
-            )
-        )
+        http = openai.DefaultHttpxClient(event_hooks=self._keeping(sent))
+        return openai_client(self.server, None, key=key, headers=headers, http_client=http)
 
 
 class ChatDriver(_OpenAIDriver):

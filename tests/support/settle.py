@@ -1,4 +1,5 @@
-"""Waiting, bounded, for a proxy to finish its work after responses: no timing assumptions.
+"""Waiting, bounded, for a condition or for a proxy to finish its work after responses: no
+timing assumptions.
 
 A response's after-work (queueing its ahead-of-time summary) runs once its last byte is sent and
 before /metrics counts the request; so the count is awaited first, then an empty background queue.
@@ -8,8 +9,19 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 import httpx
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float = 5.0) -> bool:
+    """Whether ``condition`` became true within ``timeout`` seconds (polled)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
 
 
 def settle(proxy_url: str, *, route: str, answered: int, timeout: float = 10) -> None:

@@ -1,4 +1,4 @@
-"""Shared paths and loaders for the deployment files' tests."""
+"""The deployment files the deploy tests read: where they are, and how they load."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 DEPLOY = REPO_ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"

@@ -20,7 +20,7 @@ import json
 import threading
 from typing import Any
 
-from tests.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
+from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
 
 SUMMARY_OPEN = "<agent_summary>"
 

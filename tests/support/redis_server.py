@@ -20,7 +20,7 @@ from types import TracebackType
 
 import pytest
 
-from tests.servers import free_port, wait_for_port
+from tests.support.servers import free_port, wait_for_port
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 

@@ -146,6 +146,7 @@ class MockUpstream:
     """The ASGI app of the mock provider. Thread-safe: tests read it while it serves."""
 
     def __init__(self) -> None:
+        self.url = ""  # where it is served (tests.support.proxies.running_mock sets it)
         self.received: list[Received] = []
         self.disconnects: list[float] = []  # monotonic times at which a client went away
         self.chunk_times: list[float] = []  # monotonic time each body chunk was sent
