@@ -1,6 +1,14 @@
 """Shared test set-up: tiktoken's files, closing the SDK clients each test made, and the real
 servers most tests stand on: a mock provider, proxies in front of it, private redis-servers.
 
+The folders mirror the package: tests/<axis>/ holds the tests of proxy/<axis>/ (core, config,
+server, proxying, upstream, dialects, compaction, state, ops, tools), and tests of the top-level
+modules (app, cli, wirejson) sit here. A test lives where the behaviour it checks lives, also
+when it drives a real proxy: compaction end to end is in tests/compaction/. tests/support/ holds
+what tests share and is no test (test modules import only from there). Separate commands keep
+their own folders: tests/bench (make bench), tests/faults (its campaign: make soak),
+tests/deploy, tests/e2e_real (make e2e-real).
+
 tiktoken needs its BPE files. Verified copies sit beside the repo (``../shared/tiktoken``) on the
 machines without internet; elsewhere (a fresh clone) tiktoken's own cache is used, downloading the
 files once. Tests that need them take the ``tiktoken_files`` fixture, which skips only when

@@ -1,5 +1,5 @@
 """Context windows and calibrated counts on the wire: a real proxy, a provider with a real window
-(tests/proxy/windowed.py) and the official openai client."""
+(tests/compaction/windowed.py) and the official openai client."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.proxy.windowed import PADDING, WindowedProvider, agent_turn
+from tests.compaction.windowed import PADDING, WindowedProvider, agent_turn
 from tests.support.clients import openai_client
 from tests.support.config import COMPACTING, config
 from tests.support.mock_upstream import MockUpstream

@@ -8,9 +8,9 @@ from typing import Any
 
 from proxy.cli import main
 from proxy.tools.evaluation.probes import identifier_probes
-from tests.evaluation.command import run_eval, write_config
-from tests.evaluation.provider import ANSWERER, JUDGE, EvalProvider
 from tests.support.mock_upstream import MockUpstream
+from tests.tools.evaluation.command import run_eval, write_config
+from tests.tools.evaluation.provider import ANSWERER, JUDGE, EvalProvider
 
 EARLY = (
     "Deploy the app with deploy/prod-eu.yaml to https://deploy.example.com/app-17; the change "

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from proxy.config.settings import Settings
-from tests.proxy.webhook_receiver import Receiver, signed_by
+from tests.ops.webhook_receiver import Receiver, signed_by
 from tests.support.clients import admin_view, openai_client
 from tests.support.config import COMPACTING, EVERY_THREE_INTERACTIONS, config
 from tests.support.mock_upstream import MockUpstream

@@ -7,9 +7,9 @@ from typing import Any
 
 from proxy.compaction.summarizer import identifiers
 from proxy.tools.evaluation.synthetic import builtin_transcripts
-from tests.evaluation.command import run_eval, write_config
-from tests.evaluation.provider import EvalProvider
 from tests.support.mock_upstream import MockUpstream
+from tests.tools.evaluation.command import run_eval, write_config
+from tests.tools.evaluation.provider import EvalProvider
 
 SIZES = {"rounds": 30, "turns": 20, "documents": 6}
 SIZE_ARGS = ["--agent-rounds", "30", "--chat-turns", "20", "--documents", "6"]

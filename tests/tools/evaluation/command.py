@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from proxy.cli import main
-from tests.evaluation.provider import ANSWERER, SUMMARIZER
 from tests.support.config import config_yaml
 from tests.support.mock_upstream import MockUpstream
+from tests.tools.evaluation.provider import ANSWERER, SUMMARIZER
 
 # Every 12 messages: ``default`` summarizes, ``drop`` forgets; the newest interaction is kept.
 EVERY_TWELVE = {"trigger": {"context_fraction": 0, "messages": 12}, "keep": {"interactions": 1}}

@@ -1,4 +1,4 @@
-"""Hook classes for the hook tests, named in the proxy's config as ``tests.proxy.hook_module:X``.
+"""Hook classes for the hook tests, named in the proxy's config as ``tests.ops.hook_module:X``.
 
 Each records what it was shown as JSON lines in the file ``record`` names, so a test (in another
 thread than the proxy) reads what the hook saw.

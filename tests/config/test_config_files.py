@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from proxy.config.settings import Settings, parse_settings
 from proxy.core.policy import PolicySettings
 from proxy.state.sealing import parse_key
+from tests.support.paths import REPO_ROOT
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+CONFIG_DIR = REPO_ROOT / "config"
 FILES = sorted(CONFIG_DIR.rglob("*.yaml")) + sorted(CONFIG_DIR.rglob("*.yml"))
 # ${NAME} without a default must come from the environment: give each one a value that is valid
 # wherever a secret goes (a URL is checked by name below), including an AES key.

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from proxy.config.reference import REGENERATE, render
+from tests.support.paths import REPO_ROOT
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+DOC = REPO_ROOT / "docs" / "configuration.md"
 
 
 def test_configuration_reference_is_up_to_date() -> None:

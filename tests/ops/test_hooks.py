@@ -1,4 +1,4 @@
-"""Hooks through the real proxy (issue 12): a hook class from tests/proxy/hook_module.py edits
+"""Hooks through the real proxy (issue 12): a hook class from tests/ops/hook_module.py edits
 what the provider receives and sees each new summary; hooks that fail, hang or return garbage
 are logged without content, counted, and the request goes on as if they were absent."""
 
@@ -22,7 +22,7 @@ from tests.support.mock_upstream import MockUpstream
 from tests.support.provider import Provider, check_sent, talk
 
 KEY = "sk-hook-caller"
-MODULE = "tests.proxy.hook_module"
+MODULE = "tests.ops.hook_module"
 
 
 def with_hooks(provider: str, hooks: list[dict[str, Any]]) -> Settings:
@@ -110,7 +110,7 @@ def test_failing_hooks_fail_open(
             f'stage="before_send"}} {turns}.0'
         )
         assert line in metrics
-    assert 'hook="tests.proxy.hook_module:Raises",outcome="error",stage="after_summary"' in metrics
+    assert 'hook="tests.ops.hook_module:Raises",outcome="error",stage="after_summary"' in metrics
     logged = [r.getMessage() for r in caplog.records if r.name == "proxy.hooks"]
     assert logged and all("Step" not in m and "SUMMARY" not in m for m in logged)
 
@@ -118,7 +118,7 @@ def test_failing_hooks_fail_open(
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"class": "tests.proxy.no_such_module:X"}, "cannot import"),
+        ({"class": "tests.ops.no_such_module:X"}, "cannot import"),
         ({"class": f"{MODULE}:NoMethods"}, "defines neither"),
         ({"class": f"{MODULE}:Tagger", "colour": "red"}, "cannot build"),
     ],
