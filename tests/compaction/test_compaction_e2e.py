@@ -205,10 +205,9 @@ def test_summarizer_failure_fails_open(mock, provider: Provider, start_proxy) ->
     assert 'proxy_summarizer_calls_total{mode="inline",outcome="error"}' in metrics
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_context_overflow_is_rescued_once(
-    mock, provider: Provider, start_proxy, stream: bool
-) -> None:
+def near_a_refusal(mock, provider: Provider, start_proxy) -> tuple[ThreadedUvicorn, list]:
+    """A proxy whose trigger never fires (only the overflow rescue compacts), five turns, then a
+    provider that refuses more than 8 messages, and a new user turn."""
     never = {**EVERY_SIX_INTERACTIONS, "trigger": {"interactions": 100, "context_fraction": 0}}
     server = start_proxy(summarizing(mock.url, policy=never))
     history = [SYSTEM]
@@ -216,6 +215,14 @@ def test_context_overflow_is_rescued_once(
         take_turn(openai_client(server), history, f"Step {turn}")
     provider.max_messages = 8
     history.append({"role": "user", "content": "one more"})
+    return server, history
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_context_overflow_is_rescued_once(
+    mock, provider: Provider, start_proxy, stream: bool
+) -> None:
+    server, history = near_a_refusal(mock, provider, start_proxy)
     raw = openai_client(server).chat.completions.with_raw_response.create(
         model="gpt-4o", messages=history, stream=stream
     )
@@ -233,14 +240,8 @@ def test_context_overflow_is_rescued_once(
 
 
 def test_empty_streamed_overflow_answer_is_rescued(mock, provider: Provider, start_proxy) -> None:
-    never = {**EVERY_SIX_INTERACTIONS, "trigger": {"interactions": 100, "context_fraction": 0}}
-    server = start_proxy(summarizing(mock.url, policy=never))
-    history = [SYSTEM]
-    for turn in range(5):
-        take_turn(openai_client(server), history, f"Step {turn}")
-    provider.max_messages = 8
+    server, history = near_a_refusal(mock, provider, start_proxy)
     provider.empty_stream_on_overflow = True
-    history.append({"role": "user", "content": "one more"})
     stream = openai_client(server).chat.completions.create(
         model="gpt-4o", messages=history, stream=True
     )

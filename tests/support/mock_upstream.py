@@ -142,6 +142,24 @@ def compressed(chunks: list[bytes | float], coding: str) -> list[bytes | float]:
     return out
 
 
+class ChatScript:
+    """Answers a MockUpstream's chat completions (``chat``, from the request's body), taking over
+    its default; any other path gets the default echo. Subclasses script the model."""
+
+    def __init__(self, mock: MockUpstream) -> None:
+        self.mock = mock
+        self._lock = threading.Lock()  # replies are made on the server's thread
+        mock.default = self
+
+    def __call__(self, request: Received) -> Reply:
+        if not request.path.endswith("/chat/completions"):
+            return default_reply(request)
+        return self.chat(request.json())
+
+    def chat(self, body: dict[str, Any]) -> Reply:
+        raise NotImplementedError
+
+
 class MockUpstream:
     """The ASGI app of the mock provider. Thread-safe: tests read it while it serves."""
 

@@ -13,7 +13,6 @@ plays the tool and decides when the run ends.
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import openai
@@ -21,11 +20,10 @@ import openai
 from proxy.core.tokens import TokenCounter
 from tests.support.config import SUMMARIZER_MODEL
 from tests.support.mock_upstream import (
+    ChatScript,
     MockUpstream,
-    Received,
     Reply,
     completion,
-    default_reply,
     json_reply,
     sse_chunks,
     sse_reply,
@@ -51,9 +49,9 @@ OVERFLOW = {
 }
 
 
-class Provider:
+class Provider(ChatScript):
     def __init__(self, mock: MockUpstream) -> None:
-        self.mock = mock
+        super().__init__(mock)
         self.summaries = 0
         self.fail_summaries = False
         self.summary_delay = 0.0
@@ -64,13 +62,8 @@ class Provider:
         self.overflows = 0  # prompts refused for the window
         self._counter: TokenCounter | None = None
         self._calls = 0
-        self._lock = threading.Lock()
-        mock.default = self
 
-    def __call__(self, request: Received) -> Reply:
-        if not request.path.endswith("/chat/completions"):
-            return default_reply(request)
-        body = request.json()
+    def chat(self, body: dict[str, Any]) -> Reply:
         if body.get("model") == SUMMARIZER_MODEL:
             return self._summary(body)
         messages = body["messages"]

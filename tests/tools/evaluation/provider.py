@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from typing import Any
 
 from proxy.tools.evaluation.scoring import normalise
 from tests.support.config import SUMMARIZER_MODEL
 from tests.support.mock_upstream import (
+    ChatScript,
     MockUpstream,
-    Received,
     Reply,
     completion,
-    default_reply,
     json_reply,
 )
 
@@ -32,7 +30,7 @@ DONT_KNOW = "I don't know."
 _REFERENCE = re.compile(r"Reference: (.*)\nAnswer: (.*)", re.S)
 
 
-class EvalProvider:
+class EvalProvider(ChatScript):
     def __init__(
         self,
         mock: MockUpstream,
@@ -41,19 +39,14 @@ class EvalProvider:
         keep: frozenset[str] = frozenset(),
         judge_probes: list[dict[str, str]] | None = None,
     ) -> None:
-        self.mock = mock
+        super().__init__(mock)
         self.answers = answers  # question -> answer
         self.keep = keep
         self.judge_probes = judge_probes or []
         self.summaries = 0
         self.questions: list[tuple[str, list[dict[str, Any]]]] = []  # (question, history)
-        self._lock = threading.Lock()
-        mock.default = self
 
-    def __call__(self, request: Received) -> Reply:
-        if not request.path.endswith("/chat/completions"):
-            return default_reply(request)
-        body = request.json()
+    def chat(self, body: dict[str, Any]) -> Reply:
         messages = body["messages"]
         if body["model"] == SUMMARIZER:
             return self._summary(messages[-1]["content"])
