@@ -30,17 +30,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from proxy import wirejson
-from proxy.config.settings import parse_settings
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.tokens import TokenCounter
 from tests.bench import wire
 from tests.bench.contenders import REPO, TIKTOKEN_DIR, Target, start_mock, wait_ready
-from tests.bench.processes import OthersShare, Server
-from tests.servers import free_port
+from tests.support.config import config, config_yaml
+from tests.support.processes import OthersShare, Server
+from tests.support.servers import free_port
 
 CHAT = "/v1/chat/completions"
 MODEL = "bench-small"  # the raw mock answers it at once, summaries included
@@ -49,19 +50,21 @@ ADMIN = "bench-admin-token"
 CONVERSATION = "bench-long-1"
 GOALS_MS = {"no conversation id": 0.5, "X-Compaction: off": 0.5, "compacted": 1.5}
 FLOOR = "floor: minimal relay"  # --floor: tests/bench/relay_floor.py, no conversation id
-CONFIG = """
-server: {{host: 127.0.0.1, port: {port}, access_log: false, log_level: warning}}
-upstream: {{base_url: "http://127.0.0.1:{mock}/v1"}}
-store: {{url: "memory://", tenant_secret: "bench-long-tenant-secret-0123456789"}}
-summarizer: {{model: {model}}}
-admin: {{token: {admin}}}
-policies:
-  default:
-    strategy: summarize
-    mode: ahead
-    trigger: {{input_tokens: 100000, context_fraction: 0}}
-    keep: {{interactions: 2}}
-"""
+# The proxy's configuration (start_proxy adds its port and the mock's URL).
+LONG = {
+    "server": {"host": "127.0.0.1", "access_log": False, "log_level": "warning"},
+    "store": {"url": "memory://", "tenant_secret": "bench-long-tenant-secret-0123456789"},
+    "summarizer": {"model": MODEL},
+    "admin": {"token": ADMIN},
+    "policies": {
+        "default": {
+            "strategy": "summarize",
+            "mode": "ahead",
+            "trigger": {"input_tokens": 100000, "context_fraction": 0},
+            "keep": {"interactions": 2},
+        }
+    },
+}
 
 
 WORDS = ("current", "configured", "cached", "normalized", "requested", "expected", "primary")
@@ -132,13 +135,14 @@ def request_bytes(port: int, body: bytes, headers: dict[str, str]) -> bytes:
 
 
 def start_proxy(
-    tmp: Path, mock_port: int, source: Path, *, config_text: str = CONFIG, name: str = "proxy"
+    tmp: Path, mock_port: int, source: Path, *, sections: dict[str, Any] = LONG, name: str = "proxy"
 ) -> Target:
-    """The proxy of ``source`` as a process named ``name``, with ``config_text`` (formatted with
-    its port, the mock's, MODEL and ADMIN)."""
+    """The proxy of ``source`` as a process named ``name``, configured by ``sections`` with its
+    port and the mock's URL."""
     port = free_port()
     config = tmp / f"long-{name}.yaml"
-    config.write_text(config_text.format(port=port, mock=mock_port, model=MODEL, admin=ADMIN))
+    mock = f"http://127.0.0.1:{mock_port}"
+    config.write_text(config_yaml(sections, provider=mock, server={"port": port}))
     env = {
         k: v
         for k, v in os.environ.items()
@@ -178,7 +182,7 @@ def prime(proxy: Target, body: dict) -> tuple[int, str]:
 def compacted_body(body: dict, covered: int, summary: str, proxy: Target) -> bytes:
     """What the provider receives once the checkpoint applies: planned here with the same code
     and checked against the proxy's own token count."""
-    settings = parse_settings(CONFIG.format(port=0, mock=0, model=MODEL, admin=ADMIN), environ={})
+    settings = config(LONG, provider="http://127.0.0.1:0", server={"port": 0})
     made = plan(
         body["messages"],
         settings.policies["default"],
@@ -220,7 +224,7 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
     from proxy.state.tenancy import credential_from_headers
     from proxy.types import HeaderView
 
-    settings = parse_settings(CONFIG.format(port=0, mock=0, model=MODEL, admin=ADMIN), environ={})
+    settings = config(LONG, provider="http://127.0.0.1:0", server={"port": 0})
     store = open_store(settings.store)
     compactor = Compactor(
         CompactionSettings.of(settings),

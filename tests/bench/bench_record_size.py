@@ -22,8 +22,8 @@ import tiktoken
 from proxy.core.checkpoints import Checkpoint, Record, encode_record
 from proxy.state.sealing import Sealer
 from proxy.state.tenancy import Tenancy
-from tests.conftest import TIKTOKEN_DIR
-from tests.redis_server import RedisServer
+from tests.support.paths import TIKTOKEN_DIR
+from tests.support.redis_server import RedisServer
 
 TTL_MS = 7 * 24 * 3600 * 1000
 GB = 1024**3

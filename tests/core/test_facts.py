@@ -15,7 +15,7 @@ from proxy.core.facts import FactCache
 from proxy.core.messages import validate_messages
 from proxy.core.tokens import TokenCounter
 from proxy.errors import InvalidMessage
-from tests.core.conftest import assistant, tool, user
+from tests.support.messages import assistant, tool, user
 
 Message = dict[str, Any]
 

@@ -10,7 +10,7 @@ from proxy.core.planner import plan
 from proxy.core.policy import ModelInfo, PolicySettings, TriggerSettings
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
-from tests.core.conftest import assistant, chat, system, tool, user
+from tests.support.messages import assistant, chat, system, tool, user
 
 
 def fired(

@@ -14,7 +14,7 @@ import pytest
 
 from proxy.config.settings import parse_settings
 from proxy.errors import ConfigError
-from tests.deploy.conftest import KUBERNETES, load_all_yaml, load_yaml
+from tests.deploy.files import KUBERNETES, load_all_yaml, load_yaml
 
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate.utils", reason="pip install kubernetes-validate (test extras)"

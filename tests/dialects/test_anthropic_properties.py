@@ -1,7 +1,7 @@
 """The Anthropic Messages adapter on random well-formed conversations, and its unit-sized rules.
 
 The rendered body is checked with the mock provider's own reading of the format
-(tests/dialects/anthropic_provider.py), never with the adapter's code.
+(tests/support/anthropic_provider.py), never with the adapter's code.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.errors import InvalidRequest, PayloadTooLarge, UpstreamTimeout, UpstreamUnavailable
 from proxy.proxying.targets import AnthropicTarget, OpenAITarget, targets
 from proxy.types import HeaderView
-from tests.dialects.anthropic_provider import problems, summaries_in, system_texts
 from tests.dialects.planning import plan_body
+from tests.support.anthropic_provider import problems, summaries_in, system_texts
 
 Body = dict[str, Any]
 MARK = {"type": "ephemeral"}
