@@ -20,10 +20,6 @@ import pytest
 
 from tests.support.paths import REPO_ROOT
 
-# The rules hold once the reshaping branches of issue 18 are merged; the lead then removes this
-# mark. Until then a run lists what remains (xfailed) and what already holds (xpassed).
-UNTIL_THE_LAYERS_LAND = pytest.mark.xfail(strict=False, reason="issue 18: until the layers land")
-
 # A module's layer: its folder under proxy/ (core, state, ...) or, at the top, its own name
 # (errors, types, app, ...). What each layer may import besides itself and the root package; a
 # layer not named here (config, events, ops, tools, app, cli) is held by the other rules only.
@@ -44,11 +40,8 @@ ALLOWED: dict[str, set[str] | None] = {
 # Who may import proxy.ops: the composition root and ops itself (everyone else hears events).
 OPS_IMPORTERS = {"ops", "app", "cli", "__main__"}
 MAX_LINES = 400
-# Modules allowed past MAX_LINES, each with its reason; the lead empties this list.
-LONG_MODULES = {
-    "proxy/core/planner.py": "the planner table: one pure function whose steps read top to "
-    "bottom, kept whole as the issue keeps the pure core",
-}
+# Modules allowed past MAX_LINES, each with its reason (none today: keep it so).
+LONG_MODULES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -220,7 +213,6 @@ def test_the_walker_finds_every_kind_of_import(tmp_path: Path) -> None:
     assert GRAPH.edge("proxy.core.planner", "proxy.core.interactions") is not None
 
 
-@UNTIL_THE_LAYERS_LAND
 def test_no_import_cycles() -> None:
     found = GRAPH.cycles()
     lines = []
@@ -232,7 +224,6 @@ def test_no_import_cycles() -> None:
     assert not found, report("import cycles", lines)
 
 
-@UNTIL_THE_LAYERS_LAND
 @pytest.mark.parametrize("source", sorted(ALLOWED))
 def test_each_layer_imports_only_its_allow_list(source: str) -> None:
     may = allowed(source)
@@ -245,7 +236,6 @@ def test_each_layer_imports_only_its_allow_list(source: str) -> None:
     assert not wrong, report(f"imports of {source} outside its allow-list", sorted(wrong))
 
 
-@UNTIL_THE_LAYERS_LAND
 def test_only_the_composition_root_imports_ops() -> None:
     wrong = [
         str(edge)
@@ -255,7 +245,6 @@ def test_only_the_composition_root_imports_ops() -> None:
     assert not wrong, report("imports of proxy.ops outside app, cli and ops", sorted(wrong))
 
 
-@UNTIL_THE_LAYERS_LAND
 def test_no_module_is_longer_than_400_lines() -> None:
     long = [
         f"{GRAPH.file_of(module)}: {GRAPH.lines_of(module)} lines"
