@@ -128,10 +128,8 @@ class NoticeDisconnect:
         await _disconnected(self._receive)
         self.gone = True
 
-    async def __aenter__(self) -> NoticeDisconnect:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Stop watching (a plain call, not an async context: this is on every request's path)."""
         if self._watcher is not None:
             self._watcher.cancel()
 

@@ -117,10 +117,12 @@ class CompactedRoute(_Route):
         )
         try:
             url = target.url(scope)
-            async with notice:
+            try:
                 if recording:
                     res.listeners.emit(RequestRead(headers, await body.read(), dialect))
                 decision = await res.compaction.decide(incoming)
+            finally:
+                notice.stop()
             if notice.gone:  # nothing sent for a client that has left (issue 17)
                 exchange.status = CLIENT_CLOSED
                 return

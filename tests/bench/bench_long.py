@@ -3,8 +3,8 @@
 
 Run: .venv/bin/python -m tests.bench.bench_long [--quick] [--source PATH] [--baseline-source PATH]
 [--floor] (``make bench``; about a minute, half with --quick). ``--source`` runs the proxy from
-another checkout; ``--baseline-source`` runs a second checkout in the same run, alternating, and
-prints both (a regression check across commits); ``--floor`` also measures a minimal relay on the same server (tests/bench/relay_floor.py)
+another checkout; ``--baseline-source`` runs a second checkout in the same run, each round
+sending the same request through both, and prints both (a regression check across commits); ``--floor`` also measures a minimal relay on the same server (tests/bench/relay_floor.py)
 with the body of the first case: what any pass-through served this way adds.
 
 Three cases, each as the median of many sequential requests on one keep-alive connection,
@@ -323,19 +323,43 @@ def measure_both(
     rounds: int,
     cases: dict[str, tuple[bytes, bytes, dict[str, str]]],
 ) -> tuple[Figures, Figures]:
-    """``measure`` for this checkout's proxy and the baseline's, in four alternating halves
-    (ours, before, ours, before), each figure the mean of its two halves: drift over the run
-    falls on both alike."""
-    half = max(rounds // 2, 10)
-    passes = [measure(target, mock, half, cases) for _ in range(2) for target in (proxy, before)]
-
-    def mean(a: Figures, b: Figures) -> Figures:
-        return {
-            name: tuple((x + y) / 2 for x, y in zip(a[name], b[name], strict=True))  # type: ignore[misc]
-            for name in a
-        }
-
-    return mean(passes[0], passes[2]), mean(passes[1], passes[3])
+    """``measure`` for this checkout's proxy and the baseline's at once: each round sends the
+    direct request, then the same request through each proxy, their order swapped every round,
+    so drift and order fall on both alike. CPU time is each proxy process's over the same span."""
+    ours: Figures = {}
+    theirs: Figures = {}
+    with (
+        wire.Connection(proxy.port) as via,
+        wire.Connection(before.port) as via_before,
+        wire.Connection(mock.port) as direct,
+    ):
+        for name, (proxied, sent, headers) in cases.items():
+            to_proxy = request_bytes(proxy.port, proxied, headers)
+            to_before = request_bytes(before.port, proxied, headers)
+            to_mock = request_bytes(mock.port, sent, {})
+            for _ in range(max(rounds // 10, 3)):  # warm up (token cache, connections)
+                via.exchange(to_proxy)
+                via_before.exchange(to_before)
+                direct.exchange(to_mock)
+            a: list[float] = []
+            b: list[float] = []
+            c: list[float] = []
+            cpu = proxy.server.cpu_seconds(), before.server.cpu_seconds()
+            for i in range(rounds):
+                reply = direct.exchange(to_mock)
+                assert reply.status == 200, reply.status
+                a.append(reply.elapsed)
+                pair = [(via, to_proxy, b), (via_before, to_before, c)]
+                for connection, request, samples in pair if i % 2 else reversed(pair):
+                    reply = connection.exchange(request)
+                    assert reply.status == 200, reply.status
+                    samples.append(reply.elapsed)
+            cpu_ms = (proxy.server.cpu_seconds() - cpu[0]) * 1000 / rounds
+            cpu_before_ms = (before.server.cpu_seconds() - cpu[1]) * 1000 / rounds
+            for figures, samples, used in ((ours, b, cpu_ms), (theirs, c, cpu_before_ms)):
+                added = median_ms([y - x for x, y in zip(a, samples, strict=True)])
+                figures[name] = (median_ms(a), median_ms(samples), added, used)
+    return ours, theirs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline-source",
         type=Path,
         help="another checkout (e.g. a `git worktree` of the previous commit) measured in the "
-        "same run, its rounds alternating with this one's: tells a regression from noise",
+        "same run, round by round beside this one: tells a regression from noise",
     )
     args = parser.parse_args(argv)
     rounds = 100 if args.quick else 300
@@ -430,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{cpu_ms:>14.2f}  {verdict}"
         )
     if args.baseline_source is not None:
-        print(f"against {args.baseline_source} (before), measured in the same run, alternating:")
+        print(f"against {args.baseline_source} (before), measured in the same rounds:")
         print(
             f"{'case':<22}{'added ms':>11}{'before ms':>11}{'CPU ms':>9}{'before':>9}{'CPU ratio':>11}"
         )
