@@ -7,7 +7,7 @@ connection (the first command after a Redis restart). Redis exceptions become ``
 Cancellation (a client disconnecting mid-call, or the store's own operation timeout) is safe:
 redis-py disconnects a connection whose command was interrupted before it goes back to the pool,
 so no later caller can read a reply meant for another (the bug class of CVE-2023-28858/28859).
-``tests/store/test_redis_backend.py`` checks it.
+``tests/state/test_redis.py`` checks it.
 """
 
 from __future__ import annotations
