@@ -10,31 +10,37 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from proxy.abort import quiet_uvicorn
-from proxy.admin import admin_app
-from proxy.background import BackgroundQueue
-from proxy.calibration import Calibration
-from proxy.compaction import Compactor
-from proxy.config import Settings, load_settings
+from proxy.compaction.background import BackgroundQueue
+from proxy.compaction.calibration import Calibration
+from proxy.compaction.compactor import Compactor
+from proxy.compaction.settings import CompactionSettings
+from proxy.compaction.summarizer import SummarizerFactory, summarizer_factory
+from proxy.compaction.windows import ModelWindows, startup_warnings
+from proxy.config.settings import Settings, load_settings
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
 from proxy.dialects.responses import RESPONSES
-from proxy.endpoints import CompactedRoute, PassThrough, Resources
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
-from proxy.export import Exporter, export_events, open_sinks
-from proxy.hooks import Hooks
-from proxy.metrics import Metrics, counter_family, gauge_family, model_families
-from proxy.recorder import Recorder
-from proxy.request import Rewriter
-from proxy.store import Store, open_store
-from proxy.summarizer import SummarizerFactory, summarizer_factory
+from proxy.events import Listeners
+from proxy.ops.admin.routes import admin_app
+from proxy.ops.export.exporter import Exporter, export_events, open_sinks
+from proxy.ops.hooks import Hooks
+from proxy.ops.metrics import Metrics, counter_family, gauge_family, model_families
+from proxy.ops.recorder import Recorder
+from proxy.proxying.routes import CompactedRoute, PassThrough, Resources
+from proxy.proxying.targets import targets
+from proxy.server.abort import quiet_uvicorn
+from proxy.server.access_log import AccessLog
+from proxy.state.conversations import Store
+from proxy.state.opening import open_store
+from proxy.state.tenancy import Tenancy
 from proxy.upstream import UpstreamClient, open_upstream
-from proxy.windows import ModelWindows, startup_warnings
 
 logger = logging.getLogger("proxy")
 
@@ -45,7 +51,6 @@ def create_app(
     settings: Settings,
     *,
     upstream: UpstreamClient | None = None,
-    rewriter: Rewriter | None = None,
     store: Store | None = None,
     summarizer_for: SummarizerFactory | None = None,
     counter: TokenCounter | None = None,
@@ -53,9 +58,13 @@ def create_app(
     """The proxy as an ASGI app. The keyword arguments replace a real part (tests); by default
     each is built from ``settings``, per process."""
     metrics = Metrics()
+    # What the routes and compaction tell operator features (metrics, hooks, export, recorder).
+    listeners = Listeners()
+    metrics.subscribe(listeners)
     counter = counter or TokenCounter(settings.model_table())
     tokenizer: list[asyncio.Future[bool]] = []  # the start-up load, for /readyz
-    store = store or open_store(settings.store)
+    tenancy = store.tenancy if store is not None else Tenancy.from_settings(settings.store)
+    store = store or open_store(settings.store, tenancy=tenancy)
     summarizer_client = httpx.AsyncClient(
         timeout=settings.summarizer.timeout_seconds, trust_env=False, follow_redirects=False
     )
@@ -64,15 +73,12 @@ def create_app(
         concurrency=settings.summarizer.background_concurrency,
     )
     windows = ModelWindows(
-        settings,
-        client=lambda: resources.upstream,
-        on_discovery=lambda outcome: metrics.window_discoveries.labels(outcome).inc(),
-        on_learned=metrics.windows_learned.inc,
+        settings.models,
+        settings.upstream,
+        client=lambda: resources.client,
+        listeners=listeners,
     )
-    calibration = Calibration(
-        settings.calibration,
-        on_sample=lambda outcome: metrics.child(metrics.calibration_samples, outcome).inc(),
-    )
+    calibration = Calibration(settings.calibration, listeners=listeners)
     # Hooks and summary export (opt-in; docs/operations.md), their metrics on /metrics.
     hooks = Hooks.build(
         settings.hooks,
@@ -84,28 +90,37 @@ def create_app(
         counter=counter,
         registry=metrics.registry,
     )
+    hooks.subscribe(listeners)
     compactor = Compactor(
-        settings,
+        CompactionSettings.of(settings),
         store=store,
         counter=counter,
         summarizer_for=summarizer_for
         or summarizer_factory(
-            settings,
+            settings.summarizer,
+            settings.upstream,
+            settings.model_table(),
             summarizer_client,
             counter,
-            on_omitted=metrics.summarizer_omitted_tokens.inc,
+            listeners=listeners,
         ),
         background=background,
-        metrics=metrics,
         windows=windows,
         calibration=calibration,
-        hooks=hooks,
+        listeners=listeners,
+        review=hooks,
+        tenancy=tenancy,
     )
+    recorder = Recorder.from_settings(
+        settings.record, conversation_header=settings.conversation.header
+    )
+    if recorder is not None:
+        recorder.subscribe(listeners)
     resources = Resources(
-        settings=settings,
-        rewriter=rewriter or compactor,
-        metrics=metrics,
-        recorder=Recorder.from_settings(settings),
+        server=settings.server,
+        upstream=settings.upstream,
+        compaction=compactor,
+        listeners=listeners,
     )
     metrics.background_depth.set_function(lambda: background.depth)
     metrics.watch(lambda: _store_metrics(store))
@@ -113,7 +128,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        resources.upstream = upstream or open_upstream(settings.upstream)
+        resources.client = upstream or open_upstream(settings.upstream)
         quiet_uvicorn()  # one WARNING of ours per cut-off response, not an ERROR of uvicorn's too
         for warning in startup_warnings(settings):
             logger.warning("%s", warning)
@@ -130,8 +145,9 @@ def create_app(
             await windows.aclose()
             await background.aclose(settings.server.shutdown_grace_seconds)
             await hooks.aclose(settings.server.shutdown_grace_seconds)
-            client, resources.upstream = resources.upstream, None
-            await client.aclose()
+            client, resources.client = resources.client, None
+            if client is not None:
+                await client.aclose()
             await summarizer_client.aclose()
             await store.aclose()
 
@@ -141,7 +157,7 @@ def create_app(
     async def readyz(request: Request) -> Response:
         # A store outage is reported but does not make the proxy unready: requests are still
         # served (without compaction), and an outage must not empty the load balancer.
-        ready = resources.upstream is not None
+        ready = resources.client is not None
         health = store.state()
         return JSONResponse(
             {
@@ -184,22 +200,41 @@ def create_app(
             media_type="application/json",
         )
 
+    openai, anthropic = targets(
+        settings.upstream, own_headers=frozenset({settings.conversation.header.lower().encode()})
+    )
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/v1/chat/completions", CompactedRoute(resources, CHAT), methods=["POST"]),
-        Route("/v1/responses", CompactedRoute(resources, RESPONSES), methods=["POST"]),
-        Route("/v1/messages", CompactedRoute(resources, MESSAGES), methods=["POST"]),
+        Route("/v1/chat/completions", CompactedRoute(resources, CHAT, openai), methods=["POST"]),
+        Route("/v1/responses", CompactedRoute(resources, RESPONSES, openai), methods=["POST"]),
+        Route("/v1/messages", CompactedRoute(resources, MESSAGES, anthropic), methods=["POST"]),
         # The rest of Anthropic's Messages API (count_tokens, batches, other methods) goes to the
         # Anthropic upstream unchanged: never to the OpenAI one, with an Anthropic key.
-        Route("/v1/messages", PassThrough(resources, MESSAGES)),
-        Route("/v1/messages/{path:path}", PassThrough(resources, MESSAGES)),
-        Route("/v1/{path:path}", PassThrough(resources)),
-        Mount("/admin", app=admin_app(settings, store, compactor)),
+        Route("/v1/messages", PassThrough(resources, anthropic)),
+        Route("/v1/messages/{path:path}", PassThrough(resources, anthropic)),
+        Route("/v1/{path:path}", PassThrough(resources, openai)),
+        Mount(
+            "/admin",
+            app=admin_app(
+                settings.admin,
+                store=store,
+                compactor=compactor,
+                tenancy=tenancy,
+                conversation=settings.conversation,
+                summarizer=settings.summarizer,
+                max_checkpoints=settings.store.max_checkpoints,
+                counter=counter,
+                dialect=CHAT,
+            ),
+        ),
     ]
     return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_served}
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: not_served},
+        middleware=[Middleware(AccessLog)],
     )
 
 

@@ -2,23 +2,26 @@
 what a policy would do to a conversation file, ``eval`` measures what a policy's compaction
 loses."""
 
+# This module composes the commands: each lives in its own module (``proxy.tools``) with an
+# ``add_arguments`` and a ``command``, except ``serve``, which builds the app (``proxy.app``) and
+# runs it under uvicorn; that composition is the command line's own (server/ cannot import the
+# app that imports it). The docstring above is the --help description.
+
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import logging.config
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from proxy import simulate
-from proxy.config import CONFIG_PATH_ENV, Settings, load_settings, masked_dump
+from proxy.config.settings import CONFIG_PATH_ENV
 from proxy.errors import ConfigError
-from proxy.evaluation import command as evaluation
-from proxy.store import check_store_settings
-from proxy.windows import startup_warnings, table_lines
+from proxy.tools import check_config, simulate
+from proxy.tools.check_config import load_checked
+from proxy.tools.evaluation import command as evaluation
 
 
 def logging_config(level: str, *, access_log: bool = True) -> dict[str, Any]:
@@ -61,18 +64,10 @@ def worker_app() -> Any:
     return long_lived(create_app_from_env())
 
 
-def load_checked(path: str | None) -> Settings:
-    """Settings from ``path``, plus the checks that need more than the schema (encryption keys,
-    store URLs), so a bad key stops the start with a message rather than a traceback."""
-    settings = load_settings(path)
-    check_store_settings(settings.store)
-    return settings
-
-
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.server import raise_open_files_limit, uvicorn_options
+    from proxy.server.run import raise_open_files_limit, uvicorn_options
 
     settings = load_checked(args.config)
     server = settings.server
@@ -99,26 +94,6 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_config(args: argparse.Namespace) -> int:
-    settings = load_checked(args.file)
-    print(json.dumps(masked_dump(settings), indent=2))
-    # The JSON above stays parseable on stdout; what a reader should know goes to stderr.
-    discovery = (
-        "then a window discovered from the provider's /models (for unknown models and those "
-        "marked '/models first')"
-        if settings.upstream.discover_windows
-        else "(upstream.discover_windows is off)"
-    )
-    notes = [
-        "model windows, first matching glob wins; at run time a window learned from an overflow "
-        f"answer comes after config, {discovery}, then built-in:",
-        *(f"  {line}" for line in table_lines(settings)),
-        *(f"warning: {line}" for line in startup_warnings(settings)),
-    ]
-    print("\n".join(notes), file=sys.stderr)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compaction-proxy", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -135,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check-config", help="validate a config file and print it, secrets masked"
     )
-    check.add_argument("file")
-    check.set_defaults(func=check_config)
+    check_config.add_arguments(check)
+    check.set_defaults(func=check_config.command)
 
     dry = commands.add_parser(
         "simulate", help="show what a policy would do to a conversation file (a dry run)"

@@ -1,4 +1,13 @@
-"""Shared test set-up: tiktoken's files, and closing the SDK clients each test made.
+"""Shared test set-up: tiktoken's files, closing the SDK clients each test made, and the real
+servers most tests stand on: a mock provider, proxies in front of it, private redis-servers.
+
+The folders mirror the package: tests/<axis>/ holds the tests of proxy/<axis>/ (core, config,
+server, proxying, upstream, dialects, compaction, state, ops, tools), and tests of the top-level
+modules (app, cli, wirejson) sit here. A test lives where the behaviour it checks lives, also
+when it drives a real proxy: compaction end to end is in tests/compaction/. tests/support/ holds
+what tests share and is no test (test modules import only from there). Separate commands keep
+their own folders: tests/bench (make bench), tests/faults (its campaign: make soak),
+tests/deploy, tests/e2e_real (make e2e-real).
 
 tiktoken needs its BPE files. Verified copies sit beside the repo (``../shared/tiktoken``) on the
 machines without internet; elsewhere (a fresh clone) tiktoken's own cache is used, downloading the
@@ -11,25 +20,25 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.sdk_clients import close_all
+from proxy.core.tokens import TokenCounter
+from tests.support.config import config
+from tests.support.mock_upstream import MockUpstream
+from tests.support.paths import offline_folder
+from tests.support.provider import Provider
+from tests.support.proxies import running_mock, running_proxies
+from tests.support.redis_server import RedisServer, own_redis_server
+from tests.support.sdk_clients import close_all
+from tests.support.servers import ThreadedUvicorn
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TIKTOKEN_DIR = REPO_ROOT.parent / "shared" / "tiktoken"
-# Names another offline folder instead of ../shared/tiktoken (a missing one: a fresh clone).
-TIKTOKEN_DIR_ENV = "COMPACTION_TEST_TIKTOKEN_DIR"
 ENCODINGS = ("o200k_base", "cl100k_base", "p50k_base", "r50k_base")
 UNAVAILABLE = "tiktoken files unavailable"
 LOAD_TIMEOUT = 120.0  # a download that hangs must not hang the suite
 SKIPPED_KEY = pytest.StashKey[int]()
-
-
-def offline_folder() -> Path:
-    return Path(os.environ.get(TIKTOKEN_DIR_ENV) or TIKTOKEN_DIR)
 
 
 def tiktoken_cache() -> Path:
@@ -116,6 +125,82 @@ def anyio_backend() -> str:
 
 @pytest.fixture(autouse=True)
 def _close_sdk_clients() -> Iterator[None]:
-    """Every client made with tests.sdk_clients.closed_after_test is closed when its test ends."""
+    """Every client made with tests.support.sdk_clients.closed_after_test is closed when its test ends."""
     yield
     close_all()
+
+
+@pytest.fixture(scope="session")
+def counter(tiktoken_cache_dir: Path) -> TokenCounter:
+    """A real tiktoken counter, shared so its cache is warm across tests."""
+    return TokenCounter()
+
+
+# --- real servers ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mock() -> Iterator[MockUpstream]:
+    """The mock provider, served for real; its base URL is ``mock.url``."""
+    with running_mock() as upstream:
+        yield upstream
+
+
+@pytest.fixture
+def second_mock() -> Iterator[MockUpstream]:
+    """Another mock provider on a port of its own: the Anthropic API's upstream, or where a
+    policy's own summarizer is sent."""
+    with running_mock() as upstream:
+        yield upstream
+
+
+@pytest.fixture
+def provider(mock: MockUpstream) -> Provider:
+    """The scripted provider (summaries, tool calls, windows) answering as ``mock``."""
+    return Provider(mock)
+
+
+@pytest.fixture
+def start_proxy() -> Iterator[Callable[..., ThreadedUvicorn]]:
+    """start_proxy(settings) -> a running proxy (started as `serve` starts it), stopped at the
+    end of the test."""
+    with running_proxies() as start:
+        yield start
+
+
+@pytest.fixture
+def proxy(mock: MockUpstream, start_proxy: Callable[..., ThreadedUvicorn]) -> ThreadedUvicorn:
+    """A proxy with every default, in front of ``mock``."""
+    return start_proxy(config(provider=mock.url))
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A private redis-server of the test's own, which it may kill and start again."""
+    with own_redis_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shared_redis() -> Iterator[RedisServer]:
+    """One private redis-server for the whole test module (cheaper): never kill it."""
+    with own_redis_server() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(shared_redis: RedisServer) -> str:
+    """The module's redis-server, emptied for this test."""
+    import redis
+
+    with redis.Redis.from_url(shared_redis.url) as client:
+        client.flushdb()
+    return shared_redis.url
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Each store backend in turn: ``memory://``, then the module's emptied redis-server."""
+    if request.param == "memory":
+        return "memory://"
+    return request.getfixturevalue("redis_url")

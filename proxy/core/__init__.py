@@ -4,5 +4,5 @@ Messages, interactions and tool rounds, conditions, token counts, triggers, keep
 the summary message, checkpoints and the plan's view. It imports no web, HTTP, store or
 config-loading module (``tests/core/test_core_imports.py`` keeps it so): the dialect adapters
 (``proxy.dialects``) translate wire bodies to and from it, the request path
-(``proxy.compaction``) gives it state. See docs/architecture.md.
+(``proxy.compaction.compactor``) gives it state. See docs/architecture.md.
 """

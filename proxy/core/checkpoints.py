@@ -7,7 +7,7 @@ summary of turns it does not have, and a fork that shares the prefix reuses it
 (docs/architecture.md, "State: checkpoints, safe against forks").
 
 A conversation's *record* holds its newest checkpoints first, bounded in number, plus the owner
-fingerprint that the store checks on every read (see ``proxy.tenancy``). This module is pure: no
+fingerprint that the store checks on every read (see ``proxy.state.tenancy``). This module is pure: no
 I/O, no clock except ``Checkpoint.create``'s default.
 """
 
@@ -19,32 +19,11 @@ import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from proxy import wirejson
-
-if TYPE_CHECKING:
-    from proxy.core.facts import FactCache
-
-# The fields of a message that the model reads (OpenAI's chat message schema), so the ones that
-# decide what the history *says*: two histories that differ in any of them must never share a
-# summary (issue 9: a legacy function_call's arguments were left out). Anything else (provider
-# extensions, cache hints that clients move from message to message) is not hashed.
-HASHED_FIELDS = (
-    "role",
-    "content",
-    "tool_calls",
-    "tool_call_id",
-    "name",
-    "function_call",
-    "refusal",
-    "audio",
-)
-
-# Wire items of another dialect that reach the model (Responses reasoning items, Anthropic
-# thinking blocks), put on a neutral message by its adapter (proxy/dialects/base.py): hashed
-# after the chat fields, so chat histories hash as they always did.
-DIALECT_FIELD = "_hash"
+from proxy.core.digests import Message, message_digest
+from proxy.core.facts import FactLookup
 
 # Versioned seed: a change of canonical encoding must never match chains written by the old one.
 # v3: function_call, refusal and audio hashed; one running SHA-256 over JSON arrays (orjson).
@@ -58,39 +37,12 @@ RECORD_VERSION = 1
 # it corrects, over the same messages.
 EDITED = "edited"
 
-Message = Mapping[str, Any]
-
 
 class RecordError(ValueError):
     """A stored record cannot be decoded (corrupt, foreign or from an unknown version)."""
 
 
-def canonical_message(message: Message) -> bytes:
-    """The canonical bytes of one message: its hashed fields, absent and null treated alike.
-
-    A JSON array of the fields' values in HASHED_FIELDS order: self-delimiting, so a history's
-    messages can be hashed one after the other; objects inside (tool calls, content parts) have
-    their keys sorted, independent of how the client ordered them. orjson writes it in one call
-    per message (issue 9: the chain is hashed on every compacted request).
-    """
-    get = message.get
-    values = [get(name) for name in HASHED_FIELDS]
-    extra = get(DIALECT_FIELD)
-    if extra is not None:
-        values.append(extra)
-    return wirejson.canonical(values)
-
-
-def message_digest(message: Message) -> bytes:
-    """SHA-256 of the message's canonical bytes: what the chain is made of, one link a message.
-
-    Fixed-length links make the chain's input unambiguous, so two histories that differ in any
-    hashed field of any message have different chains unless SHA-256 collides.
-    """
-    return hashlib.sha256(canonical_message(message)).digest()
-
-
-def _digests(messages: Sequence[Message], facts: FactCache | None) -> list[bytes]:
+def _digests(messages: Sequence[Message], facts: FactLookup | None) -> list[bytes]:
     if facts is None:
         return [message_digest(m) for m in messages]
     return facts.digests(messages)
@@ -104,7 +56,7 @@ def iter_chain(messages: Sequence[Message]) -> Iterator[str]:
         yield h.copy().hexdigest()
 
 
-def chain_hash(messages: Sequence[Message], *, facts: FactCache | None = None) -> str:
+def chain_hash(messages: Sequence[Message], *, facts: FactLookup | None = None) -> str:
     """The chain hash of exactly ``messages``: SHA-256 of the seed and each message's digest in
     order (the empty history hashes to the seed alone). ``facts`` caches the digests."""
     h = hashlib.sha256(_SEED)
@@ -187,7 +139,7 @@ class Record:
 
 
 def find_deepest(
-    record: Record | None, messages: Sequence[Message], *, facts: FactCache | None = None
+    record: Record | None, messages: Sequence[Message], *, facts: FactLookup | None = None
 ) -> Checkpoint | None:
     """The deepest active checkpoint whose chain equals the chain of the same prefix of
     ``messages``.

@@ -12,9 +12,10 @@ entry, and no collision can give one history another's digest (the checkpoint ch
 knows, bounded by entries and by characters.
 
 Within one request the same message objects are looked at several times (validation, the chain,
-the planner's counts): inside ``FactCache.request()`` they are remembered by identity, so only
-the first look computes a key. Nothing may change a message inside that scope; a request's parsed
-body is never changed (``proxy.request.ClientRequest``).
+the planner's counts): through the ``RequestFacts`` that ``FactCache.request()`` gives, they are
+remembered by identity, so only the first look computes a key. That view is passed explicitly to
+whoever looks (no context variable): nothing may change a message while it is open, and a
+request's parsed body is never changed.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Hashable, Iterator, Sequence
-from contextvars import ContextVar
 from typing import Any
 
 from proxy import wirejson
-from proxy.core.checkpoints import DIALECT_FIELD, message_digest
+from proxy.core.digests import DIALECT_FIELD, message_digest
 
 Message = dict[str, Any]
 
@@ -48,39 +48,31 @@ class Facts:
     def __init__(self, size: int) -> None:
         self.valid = False  # passed proxy.core.messages.validate_messages
         self.tokens: dict[str, int] = {}  # encoding name -> the message's tokens
-        self.digest: bytes | None = None  # proxy.core.checkpoints.message_digest
+        self.digest: bytes | None = None  # proxy.core.digests.message_digest
         self.size = size  # characters its key holds (the cache's memory bound)
         self.used = 0  # when it was last looked up (the cache's clock)
 
 
-class _Scope:
-    """One request's identity memo: id -> facts of the message objects looked up so far. The
-    messages are held, so no other object can take one of their ids meanwhile."""
+class _Lookups:
+    """What a cache or a request's view of it answers (both share ``digests``)."""
 
-    __slots__ = ("cache", "facts", "held")
+    __slots__ = ()
 
-    def __init__(self, cache: FactCache) -> None:
-        self.cache = cache
-        self.facts: dict[int, Facts] | None = {}
-        self.held: list[Any] = []
+    def scan(self, messages: Sequence[Any]) -> list[Facts]:
+        raise NotImplementedError
 
-    def close(self) -> None:
-        # A timer or task made during the request keeps a copy of its context, so of this scope,
-        # maybe for seconds: it must not keep the request's messages alive, nor memo new ones.
-        self.facts = None
-        self.held = []
-
-
-_SCOPE: ContextVar[_Scope | None] = ContextVar("proxy_message_facts", default=None)
+    def digests(self, messages: Sequence[Message]) -> list[bytes]:
+        """Each message's digest in the checkpoint chain, computed once per distinct message."""
+        out = []
+        for message, facts in zip(messages, self.scan(messages), strict=True):
+            digest = facts.digest
+            if digest is None:
+                digest = facts.digest = message_digest(message)
+            out.append(digest)
+        return out
 
 
-def current() -> FactCache | None:
-    """The cache of the request in progress (``FactCache.request``), if any."""
-    scope = _SCOPE.get()
-    return scope.cache if scope is not None and scope.facts is not None else None
-
-
-class FactCache:
+class FactCache(_Lookups):
     """Facts per message, least recently used dropped first (in batches: a lookup only stamps
     its entry). Safe to share with worker threads: a dict operation is atomic, changes of size
     are made under a lock, and a lost race costs a recount, never a wrong fact."""
@@ -102,24 +94,25 @@ class FactCache:
         return self._chars
 
     @contextlib.contextmanager
-    def request(self) -> Iterator[None]:
-        """Within: a message object looked up once is found again by identity (see the module
-        docstring: messages must not change meanwhile)."""
-        scope = _Scope(self)
-        token = _SCOPE.set(scope)
+    def request(self) -> Iterator[RequestFacts]:
+        """A view for one request: a message object looked up once through it is found again
+        by identity (see the module docstring: messages must not change meanwhile)."""
+        view = RequestFacts(self)
         try:
-            yield
+            yield view
         finally:
-            scope.close()
-            _SCOPE.reset(token)
+            view.close()
 
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         """The facts of each message, in order (entries made for messages not seen before)."""
+        return self._lookup(messages, None, None)
+
+    def _lookup(
+        self, messages: Sequence[Any], seen: dict[int, Facts] | None, held: list[Any] | None
+    ) -> list[Facts]:
         self._clock += 1
         clock = self._clock
         entries = self._entries
-        scope = _SCOPE.get()
-        seen = scope.facts if scope is not None and scope.cache is self else None
         out = []
         for message in messages:
             if seen is not None:
@@ -132,20 +125,10 @@ class FactCache:
             if facts is None:
                 facts = self._add(key)
             facts.used = clock
-            if seen is not None and scope is not None:
+            if seen is not None and held is not None:
                 seen[id(message)] = facts
-                scope.held.append(message)
+                held.append(message)
             out.append(facts)
-        return out
-
-    def digests(self, messages: Sequence[Message]) -> list[bytes]:
-        """Each message's digest in the checkpoint chain, computed once per distinct message."""
-        out = []
-        for message, facts in zip(messages, self.scan(messages), strict=True):
-            digest = facts.digest
-            if digest is None:
-                digest = facts.digest = message_digest(message)
-            out.append(digest)
         return out
 
     def _add(self, key: Hashable) -> Facts:
@@ -171,6 +154,33 @@ class FactCache:
                 break
             del entries[key]
             self._chars -= facts.size
+
+
+class RequestFacts(_Lookups):
+    """One request's view of a ``FactCache``: id -> facts of the message objects looked up so
+    far. The messages are held, so no other object can take one of their ids meanwhile."""
+
+    __slots__ = ("_held", "_seen", "cache")
+
+    def __init__(self, cache: FactCache) -> None:
+        self.cache = cache
+        self._seen: dict[int, Facts] | None = {}
+        self._held: list[Any] = []
+
+    def scan(self, messages: Sequence[Any]) -> list[Facts]:
+        """As ``FactCache.scan``; a message object seen before through this view costs a dict
+        lookup by identity."""
+        return self.cache._lookup(messages, self._seen, self._held)
+
+    def close(self) -> None:
+        # Whatever keeps the view after the request (a task made during it) must not keep the
+        # request's messages alive, nor memo new ones.
+        self._seen = None
+        self._held = []
+
+
+# What the chain, validation and counting accept: the shared cache, or a request's view of it.
+FactLookup = FactCache | RequestFacts
 
 
 def _size(key: Hashable) -> int:

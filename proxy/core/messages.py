@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from proxy.core import facts
+from proxy.core.facts import FactLookup
 from proxy.errors import InvalidMessage, InvalidRequest
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -30,17 +30,17 @@ _CONTENT_REQUIRED = frozenset({"system", "developer", "user", "tool"})
 _PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})  # need nothing but content
 
 
-def validate_messages(raw: object) -> list[dict[str, Any]]:
+def validate_messages(raw: object, *, facts: FactLookup | None = None) -> list[dict[str, Any]]:
     """Check a request's ``messages``; return the same list of dicts or raise InvalidMessage.
 
-    Inside a request's fact scope (``proxy.core.facts``) a message validated before, on this
-    turn or an earlier one, is not checked again.
+    With ``facts`` (``proxy.core.facts``) a message validated before, on this turn or an
+    earlier one, is not checked again.
     """
     if not isinstance(raw, list):
         raise InvalidRequest("messages must be an array", param="messages")
     if not raw:
         raise InvalidRequest("messages must not be empty", param="messages")
-    cache = facts.current()
+    cache = facts
     if cache is None:
         for index, message in enumerate(raw):
             _validate_message(index, message)

@@ -36,13 +36,21 @@ provider's prompt cache warm).
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.clearing import clear_tool_results
 from proxy.core.interactions import Grouping, group, strip_agent_summaries
 from proxy.core.keep import first_kept, kept_tokens
+from proxy.core.plan import (
+    Plan,
+    PlanContext,
+    PriorSummary,
+    SummaryRequest,
+    assemble,
+    cut_deeper,
+)
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.summary_message import DEFAULT_MAX_CHARS, render_summary_message
 from proxy.core.tokens import REPLY_PRIMING, TokenCounter
@@ -55,115 +63,6 @@ FORCED = "forced"
 DEEPER_SHARE = 0.3
 # A rescue keeps the verbatim part within this share of its budget, the rest for the summary.
 RESCUE_VERBATIM_SHARE = 0.75
-CLEARED_STUB = "[tool result cleared to save context: {tokens} tokens]"
-
-
-@dataclass(frozen=True, slots=True)
-class PriorSummary:
-    """A checkpoint the store matched: ``text`` stands for messages[preamble_len:covered] of the
-    cleaned incoming list; messages[:covered] is what its hash chain covers."""
-
-    text: str
-    covered: int
-    checkpoint_id: str | None = None
-    # Active: the conversation is already in its compacted state (this summary was made because
-    # a trigger fired, or it extends one that was), so it applies whether or not a trigger fires
-    # on this request. Without it, a trigger that fires on one request only (a tool outcome)
-    # would switch the summary on and off between requests, defeating the provider's cache.
-    active: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryRequest:
-    """What a new summary must cover: ``messages`` = source[start:covered], extending
-    ``previous`` (the prior summary's text) when there is one."""
-
-    messages: tuple[dict[str, Any], ...]
-    previous: str | None
-    start: int
-    covered: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Context:
-    """What rendering needs again once a summary text exists."""
-
-    policy: PolicySettings
-    model: str
-    counter: TokenCounter
-    working: list[dict[str, Any]]
-    counts: list[int]
-    fixed_tokens: int  # reply priming + tools schemas
-    budget: int
-    summary_max_chars: int
-
-
-@dataclass(frozen=True)
-class Plan:
-    messages: list[dict[str, Any]]  # the exact list to send
-    source: list[dict[str, Any]]  # the cleaned incoming list (what checkpoints index and hash)
-    strategy: str
-    fired: tuple[str, ...]  # hard triggers crossed: compaction is due now
-    near: tuple[str, ...]  # triggers past soft_fraction (includes fired): summarize ahead
-    tokens_before: int
-    tokens_after: int
-    applied_checkpoint: str | None
-    grouping: Grouping
-    interaction_tokens: tuple[int, ...]
-    cut: int  # source[preamble_len:cut] is not sent verbatim (summarized or dropped), but task
-    kept_from: int  # first source index sent verbatim after the preamble (>= cut: window)
-    cleared: tuple[int, ...]  # source indexes of tool results replaced by a stub
-    summary_request: SummaryRequest | None
-    summary_text: str | None = None
-    # The user message sent again right after the summary: the verbatim part starts inside its
-    # interaction (a cut between tool rounds), so the task itself is never summarized away.
-    task: int | None = None
-    _context: _Context | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def changed(self) -> bool:
-        """The sent list is not the (cleaned) incoming one."""
-        return self.messages is not self.source
-
-    @property
-    def blocked(self) -> bool:
-        """A trigger fired but nothing is cut and no summary can be asked for."""
-        return bool(self.fired) and not self.changed and self.summary_request is None
-
-    def with_summary(
-        self, text: str, covered: int | None = None, *, checkpoint_id: str | None = None
-    ) -> Plan:
-        """The plan once a new summary exists: preamble + summary + source[covered:], then the
-        window. ``covered`` defaults to the summary request's; it must be a safe cut."""
-        ctx = self._context
-        if ctx is None:
-            raise ValueError("this plan cannot be rendered again (strategy off)")
-        if covered is None:
-            if self.summary_request is None:
-                raise ValueError("covered is required when the plan asked for no summary")
-            covered = self.summary_request.covered
-        if not self.grouping.is_cut(covered):
-            raise ValueError(f"covered={covered} is not a safe cut point")
-        head = [
-            *ctx.working[: self.grouping.preamble_len],
-            render_summary_message(
-                text,
-                max_chars=ctx.summary_max_chars,
-                final_prompt=ctx.policy.summarizer.final_prompt,
-            ),
-        ]
-        messages, kept_from, task, tokens = _assemble(ctx, self.grouping, head, covered)
-        return replace(
-            self,
-            messages=messages,
-            tokens_after=tokens,
-            kept_from=kept_from,
-            task=task,
-            cut=covered,
-            applied_checkpoint=checkpoint_id,
-            summary_request=None,
-            summary_text=text,
-        )
 
 
 def plan(
@@ -194,7 +93,7 @@ def plan(
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.per_message(source, model)
     tokens_before = sum(source_counts) + fixed
-    working, counts, cleared = _clear_tool_results(
+    working, counts, cleared = clear_tool_results(
         source, source_counts, grouping, policy, counter, model
     )
     per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
@@ -221,14 +120,12 @@ def plan(
         )
 
     budgets = [b for b in (policy.window_tokens, budget_tokens) if b > 0]
-    ctx = _Context(
+    ctx = PlanContext(
         policy, model, counter, working, counts, fixed, min(budgets, default=0), summary_max_chars
     )
     window = model_info.context_window if model_info else None
     decision = _STRATEGIES[policy.strategy](_Measured(ctx, source, grouping, window, force), prior)
-    sent, kept_from, task, tokens_after = _assemble(
-        ctx, grouping, decision.head, decision.render_at
-    )
+    sent, kept_from, task, tokens_after = assemble(ctx, grouping, decision.head, decision.render_at)
     applied = decision.applied
     return Plan(
         messages=sent,
@@ -250,7 +147,7 @@ def plan(
 class _Measured:
     """What every strategy starts from: the cleaned, grouped and counted conversation."""
 
-    ctx: _Context
+    ctx: PlanContext
     source: list[dict[str, Any]]  # before tool results were cleared: what a summary reads
     grouping: Grouping
     window: int | None  # the model's context window, when known
@@ -293,7 +190,7 @@ class _Measured:
             if ctx.budget:  # the newest rounds that leave room for the summary
                 room = int(ctx.budget * RESCUE_VERBATIM_SHARE) - sum(ctx.counts[:preamble])
                 room -= ctx.fixed_tokens
-                cut = _cut_deeper(grouping, ctx.counts, max(cut, floor), room)
+                cut = cut_deeper(grouping, ctx.counts, max(cut, floor), room)
             elif cut <= floor:  # one long interaction: everything but its task and newest round
                 cut = grouping.last_cut()
         else:
@@ -400,7 +297,7 @@ def _prior_cut(prior: PriorSummary | None, grouping: Grouping) -> int | None:
     return prior.covered if grouping.is_cut(prior.covered) else None
 
 
-def _smaller(ctx: _Context, grouping: Grouping, head: list[dict[str, Any]], cut: int) -> bool:
+def _smaller(ctx: PlanContext, grouping: Grouping, head: list[dict[str, Any]], cut: int) -> bool:
     """The summary (and the task message sent again) cost fewer tokens than the messages they
     replace: a summary of a few short turns can be longer than the turns themselves."""
     preamble = grouping.preamble_len
@@ -418,7 +315,7 @@ def _counts_whole_turns(policy: PolicySettings, window: int | None) -> bool:
 
 
 def _deeper_for_triggers(
-    ctx: _Context,
+    ctx: PlanContext,
     grouping: Grouping,
     cut: int,
     current: Verdict,
@@ -443,75 +340,4 @@ def _deeper_for_triggers(
     kept = preamble_tokens + summary_tokens + kept_tokens(grouping, ctx.counts, cut)
     if kept <= near:
         return cut
-    return _cut_deeper(grouping, ctx.counts, cut, int(near * DEEPER_SHARE) - preamble_tokens)
-
-
-def _cut_deeper(grouping: Grouping, counts: list[int], cut: int, budget: int) -> int:
-    """The first cut point at or after ``cut`` whose verbatim part fits ``budget`` tokens, never
-    past ``grouping.last_cut()`` (the task message and the newest round always stay)."""
-    cuts = grouping.cuts
-    deepest = grouping.last_cut()
-    i = bisect_left(cuts, cut)
-    tail = sum(counts[cut:])
-    position = cut
-    while position < deepest and i < len(cuts):
-        task = grouping.task_before(position)
-        if tail + (counts[task] if task is not None else 0) <= budget:
-            break
-        if cuts[i] <= position:
-            i += 1
-            continue
-        tail -= sum(counts[position : cuts[i]])
-        position = cuts[i]
-    return position
-
-
-def _clear_tool_results(
-    source: list[dict[str, Any]],
-    counts: list[int],
-    grouping: Grouping,
-    policy: PolicySettings,
-    counter: TokenCounter,
-    model: str,
-) -> tuple[list[dict[str, Any]], list[int], tuple[int, ...]]:
-    """Stub results older than N interactions, or than N tool rounds (observation masking inside
-    one long task): a result is old when N complete rounds came after its own."""
-    settings = policy.clear_tool_results
-    older = settings.older_than_interactions
-    by_interaction = grouping.start_of(len(grouping) - older) if 0 < older < len(grouping) else 0
-    rounds = settings.older_than_rounds
-    ends = grouping.round_ends
-    by_round = ends[len(ends) - rounds - 1] if 0 < rounds < len(ends) else 0
-    # Results before this index are old by one measure or the other.
-    limit = max(by_interaction, by_round)
-    if not limit:
-        return source, counts, ()
-    working = list(source)
-    counts = list(counts)
-    cleared = []
-    for i in range(grouping.preamble_len, limit):
-        message = source[i]
-        if message.get("role") in ("tool", "function") and counts[i] > settings.min_tokens:
-            working[i] = {**message, "content": CLEARED_STUB.format(tokens=counts[i])}
-            counts[i] = counter.count_message(working[i], model)
-            cleared.append(i)
-    return working, counts, tuple(cleared)
-
-
-def _assemble(
-    ctx: _Context, grouping: Grouping, head: list[dict[str, Any]], cut: int
-) -> tuple[list[dict[str, Any]], int, int | None, int]:
-    """head + the task message (when ``cut`` falls inside its interaction) + working[cut:], then
-    the hard budget; returns (messages, kept_from, task, tokens)."""
-    head_tokens = sum(ctx.counter.per_message(head, ctx.model)) + ctx.fixed_tokens
-    start = cut
-    if ctx.budget and head_tokens + kept_tokens(grouping, ctx.counts, start) > ctx.budget:
-        # Drop the oldest kept rounds or interactions (at safe cuts) until it fits.
-        start = _cut_deeper(grouping, ctx.counts, start, ctx.budget - head_tokens)
-    task = grouping.task_before(start)
-    tokens = head_tokens + kept_tokens(grouping, ctx.counts, start)
-    preamble = grouping.preamble_len
-    if start == preamble and len(head) == preamble:
-        return ctx.working, start, None, tokens  # nothing changed
-    again = [ctx.working[task]] if task is not None else []
-    return [*head, *again, *ctx.working[start:]], start, task, tokens
+    return cut_deeper(grouping, ctx.counts, cut, int(near * DEEPER_SHARE) - preamble_tokens)

@@ -1,6 +1,6 @@
 """The policy types the core plans with: triggers, keep, clearing of tool results, a model's window.
 
-Pydantic models, frozen and validated; the YAML loader (``proxy.config``) builds them from the
+Pydantic models, frozen and validated; the YAML loader (``proxy.config.settings``) builds them from the
 config file, tests and the evaluation harness build them directly.
 """
 

@@ -19,6 +19,7 @@ baked-in files) one warning is logged and a 4-bytes-per-token approximation is u
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -28,7 +29,7 @@ from typing import Any
 
 import tiktoken
 
-from proxy.core.facts import FactCache
+from proxy.core.facts import FactCache, FactLookup
 from proxy.core.policy import ModelInfo
 from proxy.errors import InvalidRequest
 
@@ -101,7 +102,8 @@ def _approximate(text: str) -> int:
 class TokenCounter:
     """Counts messages per model; a message's count is cached per encoding with the rest of
     what is known about it (``facts``, a bounded LRU keyed by the message's exact content), so
-    a long history is tokenized once, not on every request."""
+    a long history is tokenized once, not on every request. ``with_facts`` gives a counter
+    that looks messages up through one request's view of that cache."""
 
     def __init__(
         self,
@@ -113,10 +115,20 @@ class TokenCounter:
     ) -> None:
         self._table = dict(model_table or {})
         self.facts = facts if facts is not None else FactCache(max_entries=cache_size)
+        self._lookup: FactLookup = self.facts  # what counting scans: the cache or a request's view
         self._load_encoding = load_encoding
         self._lengths: dict[str, Length] = {}
         self._model_encoding: dict[str, str] = {}
-        self._warned = False
+        self._fallbacks: set[str] = set()  # encodings approximated (shared with request views)
+
+    def with_facts(self, facts: FactLookup) -> TokenCounter:
+        """This counter, looking messages up through ``facts`` (a request's view of
+        ``self.facts``); encodings and their caches are shared, not copied."""
+        if facts is self._lookup:
+            return self
+        view = copy.copy(self)
+        view._lookup = facts
+        return view
 
     # --- encodings -----------------------------------------------------------------------------
 
@@ -143,8 +155,7 @@ class TokenCounter:
             try:
                 length = _exact(self._load_encoding(encoding))
             except Exception as exc:  # any failure to load must degrade, never crash a request
-                if not self._warned:
-                    self._warned = True
+                if not self._fallbacks:
                     log.warning(
                         "tiktoken encoding %r could not be loaded (%s); token counts are "
                         "approximate (%d bytes per token). Set TIKTOKEN_CACHE_DIR to a folder "
@@ -153,6 +164,7 @@ class TokenCounter:
                         exc,
                         APPROX_BYTES_PER_TOKEN,
                     )
+                self._fallbacks.add(encoding)
                 length = _approximate
             self._lengths[encoding] = length
         return length
@@ -165,12 +177,12 @@ class TokenCounter:
         names |= {self.encoding_name(model) for model in models}
         for name in sorted(names):
             self._length(name)
-        return not self._warned
+        return not self._fallbacks
 
     @property
     def approximate(self) -> bool:
         """True once any encoding fell back to the approximation."""
-        return self._warned
+        return bool(self._fallbacks)
 
     # --- counting ------------------------------------------------------------------------------
 
@@ -183,9 +195,9 @@ class TokenCounter:
     def per_message(self, messages: Sequence[dict[str, Any]], model: str) -> list[int]:
         encoding = self.encoding_name(model)
         counts = []
-        # Big requests are counted in worker threads (proxy.compaction) while the event loop counts
-        # others: losing a race on the cache only costs a recount (proxy.core.facts).
-        for message, facts in zip(messages, self.facts.scan(messages), strict=True):
+        # Big requests are counted in worker threads (proxy.compaction.rewriter) while the event
+        # loop counts others: losing a race on the cache only costs a recount (proxy.core.facts).
+        for message, facts in zip(messages, self._lookup.scan(messages), strict=True):
             tokens = facts.tokens.get(encoding)
             if tokens is None:
                 tokens = facts.tokens[encoding] = _message_tokens(message, self._length(encoding))

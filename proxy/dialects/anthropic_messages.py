@@ -32,9 +32,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy import wirejson
+from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
-from proxy.dialects.base import HASHED, WIRE, AnthropicWire, Neutral, wire_groups
-from proxy.errors import InvalidRequest
+from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
+from proxy.dialects.error_shapes import anthropic_error_body
+from proxy.errors import InvalidRequest, ProxyError
 
 _ROLES = ("user", "assistant")
 _CACHE_MARK = "cache_control"
@@ -280,14 +282,18 @@ def _stubbed(message: dict[str, Any], stubs: Mapping[str, Any]) -> dict[str, Any
     return {**message, "content": content}
 
 
-class AnthropicMessages(AnthropicWire):
+class AnthropicMessages:
+    """Translates Anthropic Messages bodies: ``system`` and content blocks to neutral messages
+    and back."""
+
     name = "messages"
     history_field = "messages"
+    records = False
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_messages_body(raw)
 
-    def conversation(self, body: dict[str, Any]) -> Neutral:
+    def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
         messages = _system_messages(body.get("system"))
         for message in body["messages"]:
             messages.extend(_neutral_messages(message))
@@ -301,6 +307,9 @@ class AnthropicMessages(AnthropicWire):
         else:
             out.pop("system", None)
         return out
+
+    def error_body(self, error: ProxyError) -> bytes:
+        return anthropic_error_body(error)
 
 
 MESSAGES = AnthropicMessages()

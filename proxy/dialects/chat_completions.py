@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from proxy import wirejson
+from proxy.core.facts import FactLookup
 from proxy.core.messages import validate_messages
 from proxy.core.planner import Plan
-from proxy.dialects.base import Neutral, OpenAIWire
-from proxy.errors import InvalidRequest
+from proxy.dialects.base import Neutral
+from proxy.dialects.error_shapes import openai_error_body
+from proxy.errors import InvalidRequest, ProxyError
 
 
 def parse_chat_body(raw: bytes) -> dict[str, Any]:
@@ -28,18 +30,24 @@ def parse_chat_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-class ChatCompletions(OpenAIWire):
+class ChatCompletions:
+    """Translates chat completions bodies (the neutral model's own shape)."""
+
     name = "chat"
     history_field = "messages"
+    records = True
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_chat_body(raw)
 
-    def conversation(self, body: dict[str, Any]) -> Neutral:
-        return Neutral(validate_messages(body["messages"]), body.get("tools"))
+    def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
+        return Neutral(validate_messages(body["messages"], facts=facts), body.get("tools"))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         return {**body, "messages": plan.messages}
+
+    def error_body(self, error: ProxyError) -> bytes:
+        return openai_error_body(error)
 
 
 CHAT = ChatCompletions()

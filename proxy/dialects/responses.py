@@ -28,9 +28,11 @@ from __future__ import annotations
 from typing import Any
 
 from proxy import wirejson
+from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
-from proxy.dialects.base import HASHED, WIRE, Neutral, OpenAIWire, cleared_wires, wire_groups
-from proxy.errors import InvalidRequest
+from proxy.dialects.base import HASHED, WIRE, Neutral, cleared_wires, wire_groups
+from proxy.dialects.error_shapes import openai_error_body
+from proxy.errors import InvalidRequest, ProxyError
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
@@ -262,14 +264,19 @@ def _json(value: object) -> str:
     return wirejson.encode(value).decode("utf-8", "replace")
 
 
-class Responses(OpenAIWire):
+class Responses:
+    """Translates Responses API bodies: ``input`` items to neutral messages and back."""
+
     name = "responses"
     history_field = "input"
+    records = False
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_responses_body(raw)
 
-    def conversation(self, body: dict[str, Any]) -> Neutral | None:
+    def conversation(
+        self, body: dict[str, Any], *, facts: FactLookup | None = None
+    ) -> Neutral | None:
         items = body.get("input")
         if body.get("previous_response_id") is not None or body.get("conversation") is not None:
             return None  # the provider holds the history
@@ -301,6 +308,9 @@ class Responses(OpenAIWire):
             else:
                 items += wire
         return {**body, "input": items}
+
+    def error_body(self, error: ProxyError) -> bytes:
+        return openai_error_body(error)
 
 
 RESPONSES = Responses()

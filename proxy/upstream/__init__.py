@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.config import UpstreamSettings
+from proxy.config.settings import UpstreamSettings
 from proxy.upstream.base import UpstreamClient, UpstreamResponse
 
 __all__ = ["UpstreamClient", "UpstreamResponse", "open_upstream"]

@@ -8,9 +8,10 @@ from collections.abc import AsyncIterable, AsyncIterator
 import aiohttp
 from multidict import CIMultiDict
 
-from proxy.config import UpstreamSettings
+from proxy.config.settings import UpstreamSettings
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from proxy.upstream.base import Body, RawHeaders
+from proxy.types import RawHeaders
+from proxy.upstream.base import Body
 
 # aiohttp adds these unless told not to; the provider must see only what the client sent.
 _SKIP_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Protocol
 
-RawHeaders = list[tuple[bytes, bytes]]
+from proxy.types import RawHeaders
+
 Body = bytes | AsyncIterable[bytes] | None
 
 

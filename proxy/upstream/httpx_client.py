@@ -6,9 +6,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from proxy.config import UpstreamSettings
+from proxy.config.settings import UpstreamSettings
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from proxy.upstream.base import Body, RawHeaders
+from proxy.types import RawHeaders
+from proxy.upstream.base import Body
 
 
 def _map_error(exc: httpx.HTTPError) -> UpstreamError:

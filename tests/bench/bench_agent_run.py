@@ -3,7 +3,7 @@
 Run: .venv/bin/python -m tests.bench.bench_agent_run [--rounds 200] [--think 0.25]
 (about 6 minutes: three policies play the whole run, pausing ``think`` seconds a round).
 
-One process, real servers on free loopback ports: a mock provider (tests/proxy/provider.py) that
+One process, real servers on free loopback ports: a mock provider (tests/support/provider.py) that
 plays a model with an 8,192-token window (counted as the proxy counts; over it, it answers
 ``context_length_exceeded``) and an agent that calls ``run_tests`` every round; its summarizer
 calls take SUMMARY_SECONDS. One proxy in front of it, the window in its ``models:`` table, and the
@@ -44,6 +44,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken"))
@@ -51,11 +52,12 @@ os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktok
 import openai  # noqa: E402
 
 from proxy.app import create_app  # noqa: E402
+from proxy.config.settings import Settings  # noqa: E402
 from tests.bench.bench_ahead import percentile, settle  # noqa: E402
-from tests.mock_upstream import MockUpstream  # noqa: E402
-from tests.proxy.conftest import settings_for  # noqa: E402
-from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider  # noqa: E402
-from tests.servers import ThreadedUvicorn  # noqa: E402
+from tests.support.config import config  # noqa: E402
+from tests.support.mock_upstream import MockUpstream  # noqa: E402
+from tests.support.provider import SUMMARIZER_MODEL, SYSTEM, Provider  # noqa: E402
+from tests.support.servers import ThreadedUvicorn  # noqa: E402
 
 WINDOW = 8192
 SUMMARY_SECONDS = 1.0
@@ -71,22 +73,26 @@ RUNS = ("off", "inline", "ahead", "inline+mask", "ahead+mask")
 AGENT_RUNS = ("inline+mask", "ahead+mask")
 
 
-def config() -> str:
-    policy = """
-    strategy: summarize
-    mode: {mode}
-    clear_tool_results: {{older_than_rounds: {mask}}}"""
-    return f"""
-store: {{url: "memory://", tenant_secret: "bench-agent-tenant-secret-0123456789"}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 20}}
-models: {{"gpt-4o*": {{context_window: {WINDOW}, encoding: o200k_base}}}}
-policies:
-  default:{policy.format(mode="ahead", mask=0)}
-  inline:{policy.format(mode="inline", mask=0)}
-  ahead:{policy.format(mode="ahead", mask=0)}
-  inline+mask:{policy.format(mode="inline", mask=3)}
-  ahead+mask:{policy.format(mode="ahead", mask=3)}
-"""
+def agent_config(provider: str) -> Settings:
+    """Each run's policy: inline or ahead, tool results older than 3 rounds masked or not."""
+
+    def policy(mode: str, mask: int) -> dict[str, Any]:
+        masked = {"older_than_rounds": mask}
+        return {"strategy": "summarize", "mode": mode, "clear_tool_results": masked}
+
+    return config(
+        provider=provider,
+        store={"url": "memory://", "tenant_secret": "bench-agent-tenant-secret-0123456789"},
+        summarizer={"model": SUMMARIZER_MODEL, "timeout_seconds": 20},
+        models={"gpt-4o*": {"context_window": WINDOW, "encoding": "o200k_base"}},
+        policies={
+            "default": policy("ahead", 0),
+            "inline": policy("inline", 0),
+            "ahead": policy("ahead", 0),
+            "inline+mask": policy("inline", 3),
+            "ahead+mask": policy("ahead", 3),
+        },
+    )
 
 
 def output_sizes(rounds: int) -> list[int]:
@@ -145,7 +151,7 @@ def bench(rounds: int, think: float) -> dict[str, Run]:
     provider.summary_delay = SUMMARY_SECONDS
     runs = {name: Run(name) for name in RUNS}
     with ThreadedUvicorn(mock) as upstream:
-        app = create_app(settings_for(upstream.url, config()))
+        app = create_app(agent_config(upstream.url))
         with ThreadedUvicorn(app, server_header=False, date_header=False) as proxy:
             client = openai.OpenAI(
                 base_url=f"{proxy.url}/v1", api_key="sk-bench-caller", max_retries=0, timeout=60

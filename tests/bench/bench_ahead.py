@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python -m tests.bench.bench_ahead [--turns 60] [--think 0.5] (about 2 minutes a store).
 
-One process, real servers on free loopback ports: a mock provider (tests/proxy/provider.py) whose
+One process, real servers on free loopback ports: a mock provider (tests/support/provider.py) whose
 chat answers are immediate and whose summarizer calls take 2 s, one proxy in front of it with two
 policies that differ only in ``mode`` (``ahead`` and ``inline``; summarize, trigger 6 interactions,
 keep 2), and the official openai client. The same scripted conversation is played four times, a
@@ -35,11 +35,12 @@ import httpx  # noqa: E402
 import openai  # noqa: E402
 
 from proxy.app import create_app  # noqa: E402
-from tests.mock_upstream import MockUpstream  # noqa: E402
-from tests.proxy.conftest import settings_for  # noqa: E402
-from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider  # noqa: E402
-from tests.redis_server import RedisServer, redis_available  # noqa: E402
-from tests.servers import ThreadedUvicorn  # noqa: E402
+from proxy.config.settings import Settings  # noqa: E402
+from tests.support.config import EVERY_SIX_INTERACTIONS, config  # noqa: E402
+from tests.support.mock_upstream import MockUpstream  # noqa: E402
+from tests.support.provider import SUMMARIZER_MODEL, SYSTEM, Provider  # noqa: E402
+from tests.support.redis_server import RedisServer, redis_available  # noqa: E402
+from tests.support.servers import ThreadedUvicorn  # noqa: E402
 
 SUMMARY_SECONDS = 2.0
 SLACK_MS = 10.0  # "within a few ms" of the same proxy with compaction off
@@ -47,20 +48,15 @@ WARMUP_TURNS = 4
 RUNS = ("baseline", "off", "ahead", "inline")
 
 
-def config(store_url: str) -> str:
-    policy = """
-    strategy: summarize
-    mode: {mode}
-    trigger: {{interactions: 6, context_fraction: 0}}
-    keep: {{interactions: 2}}"""
-    return f"""
-store: {{url: "{store_url}", tenant_secret: "bench-ahead-tenant-secret-0123456789"}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 10}}
-policies:
-  default:{policy.format(mode="ahead")}
-  ahead:{policy.format(mode="ahead")}
-  inline:{policy.format(mode="inline")}
-"""
+def ahead_config(provider: str, store_url: str) -> Settings:
+    """A summary every six interactions: ahead of time (``default``, ``ahead``) or inline."""
+    ahead = {**EVERY_SIX_INTERACTIONS, "mode": "ahead"}
+    return config(
+        provider=provider,
+        store={"url": store_url, "tenant_secret": "bench-ahead-tenant-secret-0123456789"},
+        summarizer={"model": SUMMARIZER_MODEL, "timeout_seconds": 10},
+        policies={"default": ahead, "ahead": ahead, "inline": EVERY_SIX_INTERACTIONS},
+    )
 
 
 def user_text(turn: int) -> str:
@@ -118,7 +114,7 @@ def bench(store_url: str, label: str, turns: int, think: float) -> dict[str, Run
     provider.summary_delay = SUMMARY_SECONDS
     runs = {name: Run(name) for name in RUNS}
     with ThreadedUvicorn(mock) as upstream:
-        settings = settings_for(upstream.url, config(store_url))
+        settings = ahead_config(upstream.url, store_url)
         app = create_app(settings)
         with ThreadedUvicorn(app, server_header=False, date_header=False) as proxy:
             targets = {"baseline": upstream.url, "off": proxy.url, "ahead": proxy.url,

@@ -30,23 +30,24 @@ import httpx
 from tests.bench import wire
 from tests.bench.bench_long import MODEL, WORDS, start_proxy
 from tests.bench.contenders import REPO, start_mock, wait_ready
+from tests.support.config import EVERY_FOUR_INTERACTIONS
 
 CHAT = "/v1/chat/completions"
 KEY = "sk-bench-huge"
 PROBE_EVERY = 0.02
-CONFIG = """
-server: {{host: 127.0.0.1, port: {port}, access_log: false, log_level: warning,
-          max_body_bytes: 67108864}}
-upstream: {{base_url: "http://127.0.0.1:{mock}/v1", timeouts: {{read: 600}}}}
-store: {{url: "memory://", tenant_secret: "bench-huge-tenant-secret-0123456789"}}
-summarizer: {{model: {model}, timeout_seconds: 600}}
-policies:
-  default:
-    strategy: summarize
-    mode: inline
-    trigger: {{interactions: 4, context_fraction: 0}}
-    keep: {{interactions: 2}}
-"""
+# The proxy's configuration (start_proxy adds its port and the mock's URL).
+HUGE = {
+    "server": {
+        "host": "127.0.0.1",
+        "access_log": False,
+        "log_level": "warning",
+        "max_body_bytes": 67108864,
+    },
+    "upstream": {"timeouts": {"read": 600}},
+    "store": {"url": "memory://", "tenant_secret": "bench-huge-tenant-secret-0123456789"},
+    "summarizer": {"model": MODEL, "timeout_seconds": 600},
+    "policies": {"default": EVERY_FOUR_INTERACTIONS},
+}
 
 
 def say(message: str) -> None:
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-huge-") as tmp_name:
         tmp = Path(tmp_name)
         mock = start_mock(tmp, hang_seconds=1)
-        proxy = start_proxy(tmp, mock.port, args.source.resolve(), config_text=CONFIG)
+        proxy = start_proxy(tmp, mock.port, args.source.resolve(), sections=HUGE)
         try:
             wait_ready(mock, KEY)
             wait_ready(proxy, KEY)

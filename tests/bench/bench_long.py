@@ -1,9 +1,10 @@
 """Benchmark of a long conversation through the proxy (issue 9): what the proxy adds to a ~616 KB,
 ~167k-token agent transcript, against sending the same bytes straight to the mock provider.
 
-Run: .venv/bin/python -m tests.bench.bench_long [--quick] [--source PATH] [--floor] (``make bench``;
-about a minute, half with --quick). ``--source`` runs the proxy from another checkout (to
-compare); ``--floor`` also measures a minimal relay on the same server (tests/bench/relay_floor.py)
+Run: .venv/bin/python -m tests.bench.bench_long [--quick] [--source PATH] [--baseline-source PATH]
+[--floor] (``make bench``; about a minute, half with --quick). ``--source`` runs the proxy from
+another checkout; ``--baseline-source`` runs a second checkout in the same run, each round
+sending the same request through both, and prints both (a regression check across commits); ``--floor`` also measures a minimal relay on the same server (tests/bench/relay_floor.py)
 with the body of the first case: what any pass-through served this way adds.
 
 Three cases, each as the median of many sequential requests on one keep-alive connection,
@@ -29,17 +30,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from proxy import wirejson
-from proxy.config import parse_settings
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.tokens import TokenCounter
 from tests.bench import wire
 from tests.bench.contenders import REPO, TIKTOKEN_DIR, Target, start_mock, wait_ready
-from tests.bench.processes import OthersShare, Server
-from tests.servers import free_port
+from tests.support.config import config, config_yaml
+from tests.support.processes import OthersShare, Server
+from tests.support.servers import free_port
 
 CHAT = "/v1/chat/completions"
 MODEL = "bench-small"  # the raw mock answers it at once, summaries included
@@ -48,19 +50,21 @@ ADMIN = "bench-admin-token"
 CONVERSATION = "bench-long-1"
 GOALS_MS = {"no conversation id": 0.5, "X-Compaction: off": 0.5, "compacted": 1.5}
 FLOOR = "floor: minimal relay"  # --floor: tests/bench/relay_floor.py, no conversation id
-CONFIG = """
-server: {{host: 127.0.0.1, port: {port}, access_log: false, log_level: warning}}
-upstream: {{base_url: "http://127.0.0.1:{mock}/v1"}}
-store: {{url: "memory://", tenant_secret: "bench-long-tenant-secret-0123456789"}}
-summarizer: {{model: {model}}}
-admin: {{token: {admin}}}
-policies:
-  default:
-    strategy: summarize
-    mode: ahead
-    trigger: {{input_tokens: 100000, context_fraction: 0}}
-    keep: {{interactions: 2}}
-"""
+# The proxy's configuration (start_proxy adds its port and the mock's URL).
+LONG = {
+    "server": {"host": "127.0.0.1", "access_log": False, "log_level": "warning"},
+    "store": {"url": "memory://", "tenant_secret": "bench-long-tenant-secret-0123456789"},
+    "summarizer": {"model": MODEL},
+    "admin": {"token": ADMIN},
+    "policies": {
+        "default": {
+            "strategy": "summarize",
+            "mode": "ahead",
+            "trigger": {"input_tokens": 100000, "context_fraction": 0},
+            "keep": {"interactions": 2},
+        }
+    },
+}
 
 
 WORDS = ("current", "configured", "cached", "normalized", "requested", "expected", "primary")
@@ -130,12 +134,15 @@ def request_bytes(port: int, body: bytes, headers: dict[str, str]) -> bytes:
     ).encode() + body
 
 
-def start_proxy(tmp: Path, mock_port: int, source: Path, *, config_text: str = CONFIG) -> Target:
-    """The proxy of ``source`` as a process, with ``config_text`` (formatted with its port, the
-    mock's, MODEL and ADMIN)."""
+def start_proxy(
+    tmp: Path, mock_port: int, source: Path, *, sections: dict[str, Any] = LONG, name: str = "proxy"
+) -> Target:
+    """The proxy of ``source`` as a process named ``name``, configured by ``sections`` with its
+    port and the mock's URL."""
     port = free_port()
-    config = tmp / "long.yaml"
-    config.write_text(config_text.format(port=port, mock=mock_port, model=MODEL, admin=ADMIN))
+    config = tmp / f"long-{name}.yaml"
+    mock = f"http://127.0.0.1:{mock_port}"
+    config.write_text(config_yaml(sections, provider=mock, server={"port": port}))
     env = {
         k: v
         for k, v in os.environ.items()
@@ -145,8 +152,8 @@ def start_proxy(tmp: Path, mock_port: int, source: Path, *, config_text: str = C
     if TIKTOKEN_DIR.is_dir():
         env["TIKTOKEN_CACHE_DIR"] = str(TIKTOKEN_DIR)
     argv = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(port)]
-    server = Server("proxy", argv, log=tmp / "long.log", env=env, cwd=source)
-    return Target("proxy", port, server)
+    server = Server(name, argv, log=tmp / f"long-{name}.log", env=env, cwd=source)
+    return Target(name, port, server)
 
 
 def start_floor(tmp: Path, mock_port: int) -> Target:
@@ -175,7 +182,7 @@ def prime(proxy: Target, body: dict) -> tuple[int, str]:
 def compacted_body(body: dict, covered: int, summary: str, proxy: Target) -> bytes:
     """What the provider receives once the checkpoint applies: planned here with the same code
     and checked against the proxy's own token count."""
-    settings = parse_settings(CONFIG.format(port=0, mock=0, model=MODEL, admin=ADMIN), environ={})
+    settings = config(LONG, provider="http://127.0.0.1:0", server={"port": 0})
     made = plan(
         body["messages"],
         settings.policies["default"],
@@ -205,27 +212,36 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
 
     import orjson
 
-    from proxy.background import BackgroundQueue
-    from proxy.compaction import Compactor
+    from proxy.compaction.background import BackgroundQueue
+    from proxy.compaction.calibration import Calibration
+    from proxy.compaction.compactor import Compactor
+    from proxy.compaction.decision import Incoming
+    from proxy.compaction.settings import CompactionSettings
+    from proxy.compaction.windows import ModelWindows
     from proxy.core.checkpoints import Checkpoint
     from proxy.dialects.chat_completions import CHAT
-    from proxy.metrics import Metrics
-    from proxy.request import ClientRequest
-    from proxy.store import open_store
-    from proxy.tenancy import credential_from_headers
+    from proxy.state.opening import open_store
+    from proxy.state.tenancy import credential_from_headers
+    from proxy.types import HeaderView
 
-    settings = parse_settings(CONFIG.format(port=0, mock=0, model=MODEL, admin=ADMIN), environ={})
+    settings = config(LONG, provider="http://127.0.0.1:0", server={"port": 0})
     store = open_store(settings.store)
     compactor = Compactor(
-        settings,
+        CompactionSettings.of(settings),
         store=store,
         counter=TokenCounter(settings.model_table()),
         summarizer_for=lambda _: None,  # type: ignore[arg-type,return-value]
         background=BackgroundQueue(max_queue=1, concurrency=1),
-        metrics=Metrics(),
+        windows=ModelWindows(settings.models, settings.upstream),
+        calibration=Calibration(settings.calibration),
     )
     headers = {"authorization": f"Bearer {KEY}", "x-conversation-id": CONVERSATION}
-    raw_headers = [(k.encode(), v.encode()) for k, v in headers.items()]
+    view = HeaderView.of([(k.encode(), v.encode()) for k, v in headers.items()])
+
+    class Body:
+        async def read(self) -> bytes:
+            return raw
+
     tenant = store.tenancy.tenant(credential_from_headers(headers, settings.conversation))
     messages = body["messages"]
     checkpoint = Checkpoint.create(messages, covered=len(messages) - 1, summary="S")
@@ -245,11 +261,17 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
         for _ in range(5):
             started = time.process_time()
             for _ in range(rounds // 5):
-                outgoing = await compactor.rewrite(
-                    ClientRequest(raw=raw, headers=raw_headers, dialect=CHAT)
+                decision = await compactor.decide(
+                    Incoming(
+                        headers=view,
+                        body=Body(),
+                        dialect=CHAT,
+                        credentials={},
+                        streamable=False,
+                    )
                 )
             loop_times.append((time.process_time() - started) / (rounds // 5) * 1000)
-        assert (b"x-compaction", b"applied") in outgoing.response_headers
+        assert (b"x-compaction", b"applied") in decision.response_headers
         return min(loop_times)
 
     return asyncio.run(measure_rewrite()), best_ms(lambda: orjson.loads(raw))
@@ -291,13 +313,70 @@ def measure(
     return results
 
 
+Figures = dict[str, tuple[float, float, float, float]]
+
+
+def measure_both(
+    proxy: Target,
+    before: Target,
+    mock: Target,
+    rounds: int,
+    cases: dict[str, tuple[bytes, bytes, dict[str, str]]],
+) -> tuple[Figures, Figures]:
+    """``measure`` for this checkout's proxy and the baseline's at once: each round sends the
+    direct request, then the same request through each proxy, their order swapped every round,
+    so drift and order fall on both alike. CPU time is each proxy process's over the same span."""
+    ours: Figures = {}
+    theirs: Figures = {}
+    with (
+        wire.Connection(proxy.port) as via,
+        wire.Connection(before.port) as via_before,
+        wire.Connection(mock.port) as direct,
+    ):
+        for name, (proxied, sent, headers) in cases.items():
+            to_proxy = request_bytes(proxy.port, proxied, headers)
+            to_before = request_bytes(before.port, proxied, headers)
+            to_mock = request_bytes(mock.port, sent, {})
+            for _ in range(max(rounds // 10, 3)):  # warm up (token cache, connections)
+                via.exchange(to_proxy)
+                via_before.exchange(to_before)
+                direct.exchange(to_mock)
+            a: list[float] = []
+            b: list[float] = []
+            c: list[float] = []
+            cpu = proxy.server.cpu_seconds(), before.server.cpu_seconds()
+            for i in range(rounds):
+                reply = direct.exchange(to_mock)
+                assert reply.status == 200, reply.status
+                a.append(reply.elapsed)
+                pair = [(via, to_proxy, b), (via_before, to_before, c)]
+                for connection, request, samples in pair if i % 2 else reversed(pair):
+                    reply = connection.exchange(request)
+                    assert reply.status == 200, reply.status
+                    samples.append(reply.elapsed)
+            cpu_ms = (proxy.server.cpu_seconds() - cpu[0]) * 1000 / rounds
+            cpu_before_ms = (before.server.cpu_seconds() - cpu[1]) * 1000 / rounds
+            for figures, samples, used in ((ours, b, cpu_ms), (theirs, c, cpu_before_ms)):
+                added = median_ms([y - x for x, y in zip(a, samples, strict=True)])
+                figures[name] = (median_ms(a), median_ms(samples), added, used)
+    return ours, theirs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--source", type=Path, default=REPO, help="checkout to run the proxy from")
     parser.add_argument("--floor", action="store_true", help="measure a minimal relay too")
+    parser.add_argument(
+        "--baseline-source",
+        type=Path,
+        help="another checkout (e.g. a `git worktree` of the previous commit) measured in the "
+        "same run, round by round beside this one: tells a regression from noise",
+    )
     args = parser.parse_args(argv)
     rounds = 100 if args.quick else 300
+    if TIKTOKEN_DIR.is_dir():  # this process plans the compacted body with exact counts too
+        os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_DIR))
 
     body = transcript()
     raw = json.dumps(body).encode()
@@ -326,9 +405,18 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 "compacted": (raw, small, {"X-Conversation-Id": CONVERSATION}),
             }
+            before = None
+            if args.baseline_source is not None:
+                before = start_proxy(tmp, mock.port, args.baseline_source.resolve(), name="before")
+                stops.append(before.server.stop)
+                wait_ready(before, KEY)
+                prime(before, body)  # the same summary: the mock writes it
             started = time.perf_counter()
             others = OthersShare()
-            results = measure(proxy, mock, rounds, cases)
+            if before is None:
+                results = measure(proxy, mock, rounds, cases)
+            else:
+                results, baseline = measure_both(proxy, before, mock, rounds, cases)
             if args.floor:
                 floor = start_floor(tmp, mock.port)
                 stops.append(floor.server.stop)
@@ -365,6 +453,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<22}{direct_ms:>11.3f}{proxy_ms:>11.3f}{added:>11.3f}{GOALS_MS[name]:>9.1f}"
             f"{cpu_ms:>14.2f}  {verdict}"
         )
+    if args.baseline_source is not None:
+        print(f"against {args.baseline_source} (before), measured in the same rounds:")
+        print(
+            f"{'case':<22}{'added ms':>11}{'before ms':>11}{'CPU ms':>9}{'before':>9}{'CPU ratio':>11}"
+        )
+        for name, (_, _, added, cpu_ms) in results.items():
+            if name == FLOOR:
+                continue
+            _, _, was, was_cpu = baseline[name]
+            print(
+                f"{name:<22}{added:>11.3f}{was:>11.3f}{cpu_ms:>9.2f}{was_cpu:>9.2f}"
+                f"{cpu_ms / was_cpu:>10.2f}x"
+            )
     return 1 if failed else 0
 
 

@@ -35,10 +35,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxy.config import UpstreamSettings
+from proxy.config.settings import UpstreamSettings
 from tests.bench import contenders, load, wire
 from tests.bench.contenders import CANDIDATES, REPO, Target, Unavailable, chat_body
-from tests.bench.processes import OthersShare, Server, machine_busy
+from tests.support.processes import OthersShare, Server, machine_busy
 
 CHAT = "/v1/chat/completions"
 WINDOWS = {

@@ -20,16 +20,16 @@ import redis
 import tiktoken
 
 from proxy.core.checkpoints import Checkpoint, Record, encode_record
-from proxy.sealing import Sealer
-from proxy.tenancy import Tenancy
-from tests.conftest import TIKTOKEN_DIR
-from tests.redis_server import RedisServer
+from proxy.state.sealing import Sealer
+from proxy.state.tenancy import Tenancy
+from tests.support.paths import TIKTOKEN_DIR
+from tests.support.redis_server import RedisServer
 
 TTL_MS = 7 * 24 * 3600 * 1000
 GB = 1024**3
 # Words of a coding-agent summary: file names, decisions, numbers, ordinary English.
 SUMMARY_PROSE = (
-    "the user asked to refactor module proxy/store/redis.py so that compare-and-set uses a Lua "
+    "the user asked to refactor module proxy/state/store/redis.py so that compare-and-set uses a Lua "
     "script; we decided to keep the breaker at three failures and a one second cooldown; tests "
     "in tests/store pass except test_failover which times out after 250 ms; open questions: "
     "whether Sentinel discovery should retry, how to rotate encryption keys, and which TTL to "

@@ -17,10 +17,11 @@ from typing import Any
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from proxy.config import StoreSettings
+from proxy.config.settings import StoreSettings
 from proxy.core.checkpoints import Checkpoint, chain_hash, find_deepest
-from proxy.store import Store, open_store
-from tests.redis_server import RedisServer, redis_available
+from proxy.state.conversations import Store
+from proxy.state.opening import open_store
+from tests.support.redis_server import RedisServer, redis_available
 
 SECRET = SecretStr("bench-secret-0123456789abcdef")
 KEY = SecretStr("bench:" + base64.b64encode(b"k" * 32).decode())

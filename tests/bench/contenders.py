@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.bench import wire
-from tests.bench.processes import Server
-from tests.servers import free_port
+from tests.support.processes import Server
+from tests.support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = REPO / ".bench"

@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 
 from proxy.app import create_app
 from proxy.cli import logging_config, long_lived
-from proxy.config import CONFIG_PATH_ENV, load_settings
+from proxy.config.settings import CONFIG_PATH_ENV, load_settings
 from proxy.upstream.httpx_client import HttpxUpstream
 
 

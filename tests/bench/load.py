@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.bench.processes import Server
+from tests.support.processes import Server
 
 _LINE = re.compile(r"^WRK (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) ([\d.]+) ([\d.]+)$", re.M)
 

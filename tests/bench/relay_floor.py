@@ -16,8 +16,8 @@ from typing import Any
 
 import uvicorn
 
-from proxy.config import Settings
-from proxy.server import uvicorn_options
+from proxy.config.settings import Settings
+from proxy.server.run import uvicorn_options
 
 HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding"}
 

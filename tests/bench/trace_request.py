@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-ROUTE = ("proxy/endpoints.py", "proxy/forward.py", "proxy/proxying/")
+ROUTE = ("proxy/endpoints.py", "proxy/forward.py", "proxy/proxying/")  # before and after issue 18
 COMPACTION = ("proxy/compaction.py", "proxy/compaction/")
 
 
@@ -108,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     tiktoken = REPO.parent / "shared" / "tiktoken"
     if tiktoken.is_dir():
         os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tiktoken))
-    from tests.mock_upstream import MockUpstream
-    from tests.servers import ThreadedUvicorn
+    from tests.support.mock_upstream import MockUpstream
+    from tests.support.servers import ThreadedUvicorn
 
     with ThreadedUvicorn(MockUpstream()) as provider:
         entered, crossings, sides = asyncio.run(trace(provider.url, source))

@@ -3,19 +3,19 @@ digest never stands for a message that differs in anything validated, counted or
 
 from __future__ import annotations
 
-import contextvars
 import gc
 import weakref
 from typing import Any
 
 import pytest
 
-from proxy.core.checkpoints import Checkpoint, Record, chain_hash, find_deepest, message_digest
+from proxy.core.checkpoints import Checkpoint, Record, chain_hash, find_deepest
+from proxy.core.digests import message_digest
 from proxy.core.facts import FactCache
 from proxy.core.messages import validate_messages
 from proxy.core.tokens import TokenCounter
 from proxy.errors import InvalidMessage
-from tests.core.conftest import assistant, tool, user
+from tests.support.messages import assistant, tool, user
 
 Message = dict[str, Any]
 
@@ -86,42 +86,42 @@ def test_a_message_validated_before_does_not_vouch_for_a_lookalike() -> None:
     cache = FactCache()
     valid = {"role": "user", "content": "hi"}
     null_name = {"role": "user", "content": "hi", "name": None}
-    with cache.request():
-        validate_messages([valid])
+    with cache.request() as facts:
+        validate_messages([valid], facts=facts)
         with pytest.raises(InvalidMessage, match="name"):
-            validate_messages([null_name])
-    with cache.request():  # a later request: the valid one is known, the other is checked again
-        assert validate_messages([{"role": "user", "content": "hi"}])
+            validate_messages([null_name], facts=facts)
+    with cache.request() as facts:  # a later request: the valid one is known, the other is checked
+        assert validate_messages([{"role": "user", "content": "hi"}], facts=facts)
         with pytest.raises(InvalidMessage, match="name"):
-            validate_messages([{"role": "user", "content": "hi", "name": None}])
+            validate_messages([{"role": "user", "content": "hi", "name": None}], facts=facts)
 
 
 def test_counts_follow_a_message_changed_between_requests(counter: TokenCounter) -> None:
     message = user("short")
-    with counter.facts.request():
-        before = counter.count_message(message, "gpt-4o")
+    with counter.facts.request() as facts:
+        before = counter.with_facts(facts).count_message(message, "gpt-4o")
     message["content"] = "a much longer text than before " * 10
-    with counter.facts.request():
-        assert counter.count_message(message, "gpt-4o") > before
+    with counter.facts.request() as facts:
+        assert counter.with_facts(facts).count_message(message, "gpt-4o") > before
 
 
 class Traced(dict):  # a dict that can be watched with a weak reference
     pass
 
 
-def test_a_context_kept_after_the_request_does_not_keep_its_messages() -> None:
-    """A timer made during a request copies its context (and so the request's scope): the
-    messages must still be freed when the request ends."""
+def test_a_view_kept_after_the_request_does_not_keep_its_messages() -> None:
+    """A task made during a request may keep the request's view of the cache: the messages
+    must still be freed when the request ends."""
     cache = FactCache()
     message = Traced(role="user", content="x" * 1000)
     watch = weakref.ref(message)
-    with cache.request():
-        cache.scan([message])
-        kept = contextvars.copy_context()  # what loop.call_later(...) holds until it fires
+    with cache.request() as facts:
+        facts.scan([message])
+        kept = facts  # what a background job made during the request holds until it runs
     del message
     gc.collect()
     assert watch() is None
-    assert kept.run(cache.scan, [user("later")])  # a closed scope memoises nothing
+    assert kept.scan([user("later")])  # a closed view memoises nothing
 
 
 def test_the_cache_is_bounded_by_entries_and_by_characters() -> None:
@@ -145,7 +145,7 @@ def test_the_least_recently_used_go_first() -> None:
 
 
 def test_worker_threads_sharing_a_small_cache_get_every_count_right(tiktoken_files: object) -> None:
-    """Bodies over proxy.compaction.OFFLOAD_BYTES are counted in worker threads while the event
+    """Bodies over proxy.compaction.compactor.OFFLOAD_BYTES are counted in worker threads while the event
     loop counts others: a race may cost a recount, never a wrong count."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -156,8 +156,11 @@ def test_worker_threads_sharing_a_small_cache_get_every_count_right(tiktoken_fil
     def count(history: list[Message]) -> list[list[int]]:
         rounds = []
         for _ in range(20):
-            with counter.facts.request():
-                rounds.append(counter.per_message([dict(m) for m in history], "gpt-4o"))
+            with counter.facts.request() as facts:
+                counted = counter.with_facts(facts).per_message(
+                    [dict(m) for m in history], "gpt-4o"
+                )
+                rounds.append(counted)
         return rounds
 
     with ThreadPoolExecutor(max_workers=4) as pool:

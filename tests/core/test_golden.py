@@ -18,7 +18,7 @@ from proxy.core.planner import Plan, plan
 from proxy.core.policy import PolicySettings
 from proxy.core.summary_message import FRAME
 from proxy.core.tokens import TokenCounter
-from tests.core.strategies import tool_pairs_intact
+from tests.support.strategies import tool_pairs_intact
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.json") if not p.stem.endswith(".expected"))

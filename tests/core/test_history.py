@@ -8,7 +8,7 @@ import pytest
 
 from proxy.core import history
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
-from tests.core.conftest import chat
+from tests.support.messages import chat
 
 MESSAGES = chat(8)
 

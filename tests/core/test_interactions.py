@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from proxy.core.interactions import group, strip_agent_summaries
 from proxy.core.summary_message import render_summary_message
-from tests.core.conftest import assistant, system, tool, user
-from tests.core.strategies import agent_runs, conversations, tool_pairs_intact
+from tests.support.messages import assistant, system, tool, user
+from tests.support.strategies import agent_runs, conversations, tool_pairs_intact
 
 
 def test_preamble_then_one_interaction_per_user_message() -> None:

@@ -19,8 +19,8 @@ from proxy.core.policy import (
 )
 from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, render_summary_message
 from proxy.core.tokens import TokenCounter
-from tests.core.conftest import assistant, chat, system, tool, user
-from tests.core.strategies import agent_runs, conversations, tool_pairs_intact
+from tests.support.messages import assistant, chat, system, tool, user
+from tests.support.strategies import agent_runs, conversations, tool_pairs_intact
 
 ALWAYS = TriggerSettings(context_fraction=0, messages=1)  # fires on any real conversation
 NEVER = TriggerSettings(context_fraction=0)

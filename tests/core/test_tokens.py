@@ -7,7 +7,7 @@ import logging
 import pytest
 import tiktoken
 
-from proxy.config import Settings
+from proxy.config.settings import Settings
 from proxy.core.policy import ModelInfo
 from proxy.core.tokens import (
     COUNT_PIECE_CHARS,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from proxy.config import parse_settings
+from proxy.config.settings import parse_settings
 from proxy.core.planner import plan
 from proxy.core.policy import ModelInfo, PolicySettings, TriggerSettings
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
-from tests.core.conftest import assistant, chat, system, tool, user
+from tests.support.messages import assistant, chat, system, tool, user
 
 
 def fired(

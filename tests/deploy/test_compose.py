@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from proxy.config import parse_settings
-from tests.conftest import REPO_ROOT
-from tests.deploy.conftest import DEPLOY, load_yaml
+from proxy.config.settings import parse_settings
+from tests.deploy.files import DEPLOY, load_yaml
+from tests.support.paths import REPO_ROOT
 
 COMPOSE = DEPLOY / "compose.yaml"
 # `${NAME}`, `${NAME:-default}`, `${NAME:?error}`: compose's interpolation of the host environment.

@@ -18,7 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 LOCK = REPO_ROOT / "requirements.lock"

@@ -22,15 +22,15 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.deploy.conftest import DEPLOY
-from tests.mock_upstream import MockUpstream, sse_chunks, sse_reply
-from tests.servers import ThreadedUvicorn, free_port, wait_for_port
+from tests.deploy.files import DEPLOY
+from tests.support.config import config_yaml
+from tests.support.mock_upstream import MockUpstream, sse_chunks, sse_reply
+from tests.support.servers import free_port, wait_for_port
 
 ENTRYPOINT = DEPLOY / "docker-entrypoint.sh"
 DRAINED = "Application shutdown complete."
@@ -54,14 +54,15 @@ def proxy_env(config: Path, port: int, **extra: str) -> dict[str, str]:
     return env
 
 
-def write_config(tmp_path: Path, upstream_url: str, *, grace: float = 5) -> Path:
+def write_config(tmp_path: Path, provider: str, *, grace: float = 5) -> Path:
     config = tmp_path / "proxy.yaml"
-    config.write_text(
-        f"server: {{shutdown_grace_seconds: {grace}, log_level: info}}\n"
-        f"upstream: {{base_url: '{upstream_url}', api_key: sk-upstream}}\n"
-        "store: {url: 'memory://', tenant_secret: '${COMPACTION_TENANT_SECRET}'}\n",
-        encoding="utf-8",
+    text = config_yaml(
+        provider=provider,
+        server={"shutdown_grace_seconds": grace, "log_level": "info"},
+        upstream={"api_key": "sk-upstream"},
+        store={"url": "memory://", "tenant_secret": "${COMPACTION_TENANT_SECRET}"},
     )
+    config.write_text(text, encoding="utf-8")
     return config
 
 
@@ -112,13 +113,6 @@ class Entrypoint:
             self.proc.communicate(timeout=10)
 
 
-@pytest.fixture
-def upstream() -> Iterator[tuple[MockUpstream, str]]:
-    mock = MockUpstream()
-    with ThreadedUvicorn(mock) as server:
-        yield mock, f"{server.url}/v1"
-
-
 def get_json(url: str) -> tuple[int, dict]:
     with urllib.request.urlopen(url, timeout=5) as response:
         return response.status, json.loads(response.read())
@@ -136,11 +130,9 @@ def probe_then_stop(proxy: Entrypoint, path: str) -> tuple[int, str]:
 
 
 @pytest.mark.usefixtures("tiktoken_files")
-def test_serves_probes_and_exits_cleanly_on_sigterm(
-    tmp_path: Path, upstream: tuple[MockUpstream, str]
-) -> None:
+def test_serves_probes_and_exits_cleanly_on_sigterm(tmp_path: Path, mock: MockUpstream) -> None:
     port = free_port()
-    env = proxy_env(write_config(tmp_path, upstream[1]), port)
+    env = proxy_env(write_config(tmp_path, mock.url), port)
     proxy = Entrypoint(env)
     try:
         proxy.wait_ready()
@@ -173,13 +165,10 @@ def test_serves_probes_and_exits_cleanly_on_sigterm(
 
 
 @pytest.mark.usefixtures("tiktoken_files")
-def test_sigterm_lets_a_stream_in_flight_finish(
-    tmp_path: Path, upstream: tuple[MockUpstream, str]
-) -> None:
-    mock, base_url = upstream
+def test_sigterm_lets_a_stream_in_flight_finish(tmp_path: Path, mock: MockUpstream) -> None:
     pieces = [f"part{i} " for i in range(6)]
     mock.push(sse_reply(sse_chunks(pieces, pause=0.25)))  # about 1.5 s of streaming
-    env = proxy_env(write_config(tmp_path, base_url), free_port())
+    env = proxy_env(write_config(tmp_path, mock.url), free_port())
     proxy = Entrypoint(env)
     received: list[bytes] = []
     first_chunk = threading.Event()
@@ -217,10 +206,8 @@ def test_sigterm_lets_a_stream_in_flight_finish(
 
 
 @pytest.mark.usefixtures("tiktoken_files")
-def test_several_workers_drain_and_exit_cleanly(
-    tmp_path: Path, upstream: tuple[MockUpstream, str]
-) -> None:
-    env = proxy_env(write_config(tmp_path, upstream[1]), free_port(), COMPACTION_PROXY_WORKERS="2")
+def test_several_workers_drain_and_exit_cleanly(tmp_path: Path, mock: MockUpstream) -> None:
+    env = proxy_env(write_config(tmp_path, mock.url), free_port(), COMPACTION_PROXY_WORKERS="2")
     code, err = probe_then_stop(Entrypoint(env), "/readyz")
     assert code == 0, err  # the supervisor of several workers exits 0 once they have drained
     assert err.count(DRAINED) == 2
@@ -228,11 +215,9 @@ def test_several_workers_drain_and_exit_cleanly(
 
 @pytest.mark.skipif(TINI is None, reason="no tini on PATH (Debian: apt-get install tini)")
 @pytest.mark.usefixtures("tiktoken_files")
-def test_under_tini_a_clean_stop_exits_zero(
-    tmp_path: Path, upstream: tuple[MockUpstream, str]
-) -> None:
+def test_under_tini_a_clean_stop_exits_zero(tmp_path: Path, mock: MockUpstream) -> None:
     assert TINI is not None
-    env = proxy_env(write_config(tmp_path, upstream[1]), free_port())
+    env = proxy_env(write_config(tmp_path, mock.url), free_port())
     # The image's ENTRYPOINT; -s because tini is not PID 1 here (a subreaper instead).
     proxy = Entrypoint(env, "serve", init=[TINI, "-s", "-e", "143", "--"])
     code, err = probe_then_stop(proxy, "/healthz")

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from proxy.config import parse_settings
+from proxy.config.settings import parse_settings
 from proxy.errors import ConfigError
-from tests.deploy.conftest import KUBERNETES, load_all_yaml, load_yaml
+from tests.deploy.files import KUBERNETES, load_all_yaml, load_yaml
 
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate.utils", reason="pip install kubernetes-validate (test extras)"
@@ -183,8 +183,8 @@ def test_config_map_is_a_valid_proxy_config() -> None:
 
 
 def test_placeholder_secret_cannot_start_the_proxy() -> None:
-    from proxy.sealing import Sealer
-    from proxy.tenancy import Tenancy
+    from proxy.state.sealing import Sealer
+    from proxy.state.tenancy import Tenancy
 
     placeholders = find("Secret", "compaction-proxy-secrets")["stringData"]
     assert all("REPLACE_ME" in value for value in placeholders.values())

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from tests.dialects.anthropic_provider import (
+from tests.support.anthropic_provider import (
     SUMMARY_OPEN,
     AnthropicProvider,
     problems,
@@ -28,13 +27,12 @@ from tests.dialects.anthropic_provider import (
     summaries_in,
     system_texts,
 )
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import mock, settings_for, start_proxy  # noqa: F401
-from tests.proxy.provider import Provider
-from tests.proxy.test_agent_runs import ADMIN
-from tests.proxy.test_agent_runs import config as agent_config
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn
+from tests.support.clients import admin_get
+from tests.support.config import AGENT_RUN, EVERY_THREE_INTERACTIONS, merged, summarizing
+from tests.support.mock_upstream import MockUpstream
+from tests.support.provider import Provider
+from tests.support.sdk_clients import closed_after_test
+from tests.support.servers import ThreadedUvicorn
 
 KEY = "sk-ant-caller-one"
 MODEL = "claude-mock-1"
@@ -59,25 +57,22 @@ TOOLS = [
 EXACT_COUNTS = pytest.mark.usefixtures("tiktoken_files")
 
 
-def config(*, mode: str = "inline", policy: str = "", extra: str = "") -> str:
-    return agent_config(
-        models=extra,  # appended to the YAML as it is
-        mode=mode,
-        policy=policy
-        or "\n    trigger: {input_tokens: 1200, context_fraction: 0}\n    keep: {tokens: 500}",
-    )
+# An agent run summarized past 1200 input tokens, its newest 500 tokens kept.
+POLICY = {
+    **AGENT_RUN,
+    "trigger": {"input_tokens": 1200, "context_fraction": 0},
+    "keep": {"tokens": 500},
+}
 
 
 @pytest.fixture
-def anthropic_mock() -> Iterator[MockUpstream]:
-    upstream = MockUpstream()
-    with ThreadedUvicorn(upstream) as server:
-        upstream.url = server.url  # type: ignore[attr-defined]
-        yield upstream
+def anthropic_mock(second_mock: MockUpstream) -> MockUpstream:
+    """The Anthropic API's upstream (``upstream.anthropic_base_url``)."""
+    return second_mock
 
 
 @pytest.fixture
-def openai_mock(mock: MockUpstream) -> MockUpstream:  # noqa: F811
+def openai_mock(mock: MockUpstream) -> MockUpstream:
     """The OpenAI-compatible upstream: only the summarizer (and window discovery) call it."""
     return mock
 
@@ -88,7 +83,8 @@ def summarizer(openai_mock: MockUpstream) -> Provider:
 
 
 @pytest.fixture
-def provider(anthropic_mock: MockUpstream) -> AnthropicProvider:
+def messages_provider(anthropic_mock: MockUpstream) -> AnthropicProvider:
+    """The scripted Anthropic Messages provider."""
     return AnthropicProvider(anthropic_mock)
 
 
@@ -96,16 +92,14 @@ def provider(anthropic_mock: MockUpstream) -> AnthropicProvider:
 def serve(
     openai_mock: MockUpstream,
     anthropic_mock: MockUpstream,
-    start_proxy,  # noqa: F811
+    start_proxy,
 ) -> Callable[..., ThreadedUvicorn]:
-    def start(text: str = "", **upstream: Any) -> ThreadedUvicorn:
-        settings = settings_for(
-            openai_mock.url,  # type: ignore[attr-defined]
-            text or config(),
-            anthropic_base_url=anthropic_mock.url,  # type: ignore[attr-defined]
-            **upstream,
-        )
-        return start_proxy(settings)
+    """serve(policy=..., **sections) -> a proxy in front of both upstreams."""
+
+    def start(*, policy: dict[str, Any] = POLICY, **sections: Any) -> ThreadedUvicorn:
+        to_anthropic = {"upstream": {"anthropic_base_url": anthropic_mock.url}}
+        sections = merged(to_anthropic, sections)
+        return start_proxy(summarizing(openai_mock.url, policy=policy, **sections))
 
     return start
 
@@ -114,16 +108,11 @@ def sdk(**options: Any) -> anthropic.Anthropic:
     return closed_after_test(anthropic.Anthropic(max_retries=0, **options))
 
 
-def client_for(
+def anthropic_client(
     server: ThreadedUvicorn, conversation: str | None = "conv-1", key: str = KEY, **options: Any
 ) -> anthropic.Anthropic:
     headers = {"X-Conversation-Id": conversation} if conversation else {}
     return sdk(base_url=server.url, api_key=key, default_headers=headers, **options)
-
-
-def admin_get(server: ThreadedUvicorn, path: str, *, key: str = KEY) -> httpx.Response:
-    headers = {"authorization": f"Bearer {ADMIN}", "x-caller-authorization": f"Bearer {key}"}
-    return httpx.get(f"{server.url}/admin{path}", headers=headers)
 
 
 def marked(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -206,13 +195,15 @@ def check_sent(received: dict[str, Any], sent: list[dict[str, Any]]) -> None:
 
 
 @EXACT_COUNTS
-def test_an_agent_is_compacted_with_everything_kept_whole(serve, provider, summarizer) -> None:
+def test_an_agent_is_compacted_with_everything_kept_whole(
+    serve, messages_provider, summarizer
+) -> None:
     server = serve()
-    agent = Agent(client_for(server))
+    agent = Agent(anthropic_client(server))
     for n in range(6):
         agent.turn(f"Step {n}: update src/module_{n}.py TOOL", rounds=2, padding=8)
 
-    received = provider.requests()
+    received = messages_provider.requests()
     assert len(received) == len(agent.sent)
     for body, sent in zip(received, agent.sent, strict=True):
         check_sent(body, sent)
@@ -232,16 +223,18 @@ def test_an_agent_is_compacted_with_everything_kept_whole(serve, provider, summa
     # The summarizer read the neutral transcript, tool calls included.
     transcript = json.dumps(summarizer.summary_requests())
     assert "read_file" in transcript and "Step 0" in transcript
-    record = admin_get(server, "/conversations/conv-1").json()
+    record = admin_get(server, "/conversations/conv-1", key=KEY).json()
     assert record["checkpoints"][0]["summary"] in summaries_in(last)[0]
 
 
-def test_a_cut_inside_a_long_task_sends_the_task_again(serve, provider, summarizer) -> None:
+def test_a_cut_inside_a_long_task_sends_the_task_again(
+    serve, messages_provider, summarizer
+) -> None:
     server = serve()
-    agent = Agent(client_for(server, "agent-run"))
+    agent = Agent(anthropic_client(server, "agent-run"))
     agent.turn("AGENT: fix the failing tests TOOL", rounds=14, padding=10)
 
-    last = provider.requests()[-1]
+    last = messages_provider.requests()[-1]
     check_sent(last, agent.sent[-1])
     assert summaries_in(last)
     assert last["messages"][0] == agent.history[0]  # the task, verbatim
@@ -250,9 +243,11 @@ def test_a_cut_inside_a_long_task_sends_the_task_again(serve, provider, summariz
 
 
 @EXACT_COUNTS
-def test_moving_cache_marks_do_not_lose_the_checkpoint(serve, provider, summarizer) -> None:
+def test_moving_cache_marks_do_not_lose_the_checkpoint(
+    serve, messages_provider, summarizer
+) -> None:
     server = serve()
-    agent = Agent(client_for(server, "marks"))
+    agent = Agent(anthropic_client(server, "marks"))
     for n in range(5):
         agent.turn(f"Step {n} TOOL", rounds=2, padding=8)
     summaries = summarizer.summaries
@@ -264,40 +259,40 @@ def test_moving_cache_marks_do_not_lose_the_checkpoint(serve, provider, summariz
             block.pop("cache_control", None)
     again[2]["content"][0]["cache_control"] = {"type": "ephemeral"}
     again.append({"role": "user", "content": [{"type": "text", "text": "and now?"}]})
-    raw = client_for(server, "marks").messages.with_raw_response.create(
+    raw = anthropic_client(server, "marks").messages.with_raw_response.create(
         model=MODEL, max_tokens=64, system=SYSTEM, messages=again, tools=TOOLS
     )
     assert raw.headers["x-compaction"] == "applied"
     assert summarizer.summaries == summaries  # nothing summarized again
-    assert summaries_in(provider.requests()[-1])
+    assert summaries_in(messages_provider.requests()[-1])
 
 
 @EXACT_COUNTS
 def test_forks_reuse_the_shared_summary_and_never_borrow_another(
-    serve, provider, summarizer
+    serve, messages_provider, summarizer
 ) -> None:
     server = serve()
-    agent = Agent(client_for(server, "fork"))
+    agent = Agent(anthropic_client(server, "fork"))
     for n in range(5):
         agent.turn(f"Step {n} TOOL", rounds=2, padding=8)
-    record = admin_get(server, "/conversations/fork").json()
+    record = admin_get(server, "/conversations/fork", key=KEY).json()
     stored = [c["summary"] for c in record["checkpoints"]]
     assert stored
 
     # A fork that keeps the summarized part and replaces the newest turn reuses the summary.
-    fork = Agent(client_for(server, "fork"), copy.deepcopy(agent.history[:-6]))
+    fork = Agent(anthropic_client(server, "fork"), copy.deepcopy(agent.history[:-6]))
     fork.turn("a different question")
-    last = provider.requests()[-1]
+    last = messages_provider.requests()[-1]
     check_sent(last, fork.sent[-1])
     assert any(s in summaries_in(last)[0] for s in stored)
 
     # An edit inside the summarized part: no summary of what this history does not have.
     edited = copy.deepcopy(agent.history)
     edited[0]["content"][0]["text"] = "Step 0, reworded"
-    other = Agent(client_for(server, "fork"), edited)
-    before = len(provider.requests())
+    other = Agent(anthropic_client(server, "fork"), edited)
+    before = len(messages_provider.requests())
     other.turn("go on")
-    sent = provider.requests()[before]
+    sent = messages_provider.requests()[before]
     # (the texts themselves: a summary holds newlines, which json.dumps would escape)
     assert not any(s in text for text in system_texts(sent) for s in stored)
 
@@ -308,7 +303,7 @@ def keyed_client(
     """A client sending its key as ``x-api-key`` (Anthropic's documented header, what older SDKs
     and curl send) or as a Bearer token (what this SDK sends)."""
     if style == "bearer":
-        return client_for(server, conversation, key=key)
+        return anthropic_client(server, conversation, key=key)
     return sdk(
         base_url=server.url,
         api_key=None,
@@ -318,11 +313,10 @@ def keyed_client(
 
 @pytest.mark.parametrize("style", ["x-api-key", "bearer"])
 def test_tenants_come_from_the_callers_key(
-    serve, provider, summarizer, openai_mock, style: str
+    serve, messages_provider, summarizer, openai_mock, style: str
 ) -> None:
     # Triggered by interactions, not tokens: it runs where tiktoken's files cannot be had too.
-    by_turns = "\n    trigger: {interactions: 3, context_fraction: 0}\n    keep: {interactions: 1}"
-    server = serve(config(policy=by_turns))
+    server = serve(policy=EVERY_THREE_INTERACTIONS)
     one = Agent(keyed_client(server, "shared-id", "sk-ant-one", style))
     for n in range(5):
         one.turn(f"Step {n} TOOL", rounds=2, padding=8)
@@ -331,25 +325,27 @@ def test_tenants_come_from_the_callers_key(
 
     assert admin_get(server, "/conversations/shared-id", key="sk-ant-one").status_code == 200
     assert admin_get(server, "/conversations/shared-id", key="sk-ant-two").status_code == 404
-    assert not summaries_in(provider.requests()[-1])  # tenant two never sees tenant one's summary
+    assert not summaries_in(
+        messages_provider.requests()[-1]
+    )  # tenant two never sees tenant one's summary
     # The caller's key went to Anthropic, never to the summarizer's other host.
-    sent = provider.mock.received[0].headers
+    sent = messages_provider.mock.received[0].headers
     assert (sent.get("x-api-key") or sent.get("authorization")).endswith("sk-ant-one")
     assert summarizer.summaries >= 1
     for request in openai_mock.chat_requests():
         assert "sk-ant" not in json.dumps(request.headers)
 
 
-def test_the_proxys_key_and_anthropic_headers(serve, provider, summarizer) -> None:
-    server = serve(anthropic_api_key=SecretStr("sk-ant-proxy"))
-    client = client_for(server)
+def test_the_proxys_key_and_anthropic_headers(serve, messages_provider, summarizer) -> None:
+    server = serve(upstream={"anthropic_api_key": "sk-ant-proxy"})
+    client = anthropic_client(server)
     client.messages.create(
         model=MODEL,
         max_tokens=16,
         messages=[{"role": "user", "content": "hi"}],
         extra_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"},
     )
-    headers = provider.mock.received[-1].headers
+    headers = messages_provider.mock.received[-1].headers
     assert headers["x-api-key"] == "sk-ant-proxy"
     assert headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
     assert headers["anthropic-version"]  # the SDK's, relayed
@@ -359,8 +355,8 @@ def test_the_proxys_key_and_anthropic_headers(serve, provider, summarizer) -> No
         model=MODEL, messages=[{"role": "user", "content": "hi"}]
     )
     assert counted.input_tokens > 0
-    assert provider.mock.received[-1].path == "/v1/messages/count_tokens"
-    assert provider.mock.received[-1].headers["x-api-key"] == "sk-ant-proxy"
+    assert messages_provider.mock.received[-1].path == "/v1/messages/count_tokens"
+    assert messages_provider.mock.received[-1].headers["x-api-key"] == "sk-ant-proxy"
 
 
 def capture() -> tuple[anthropic.DefaultHttpxClient, list[bytes]]:
@@ -372,12 +368,14 @@ def capture() -> tuple[anthropic.DefaultHttpxClient, list[bytes]]:
 
 
 @pytest.mark.parametrize("switch", ["header", "no-conversation", "below-trigger"])
-def test_untouched_requests_are_byte_identical(serve, provider, summarizer, switch: str) -> None:
+def test_untouched_requests_are_byte_identical(
+    serve, messages_provider, summarizer, switch: str
+) -> None:
     server = serve()
     http, bodies = capture()
     extra = {"X-Compaction": "off"} if switch == "header" else {}
     conversation = None if switch == "no-conversation" else "conv-1"
-    client = client_for(server, conversation, http_client=http)
+    client = anthropic_client(server, conversation, http_client=http)
     history = [{"role": "user", "content": [{"type": "text", "text": "hi \u00e9 \U0001f600"}]}]
     client.messages.create(
         model=MODEL,
@@ -387,52 +385,54 @@ def test_untouched_requests_are_byte_identical(serve, provider, summarizer, swit
         extra_headers=extra,
         metadata={"user_id": "u-1"},
     )
-    assert provider.mock.received[-1].body == bodies[-1]
+    assert messages_provider.mock.received[-1].body == bodies[-1]
 
 
-def test_a_body_over_the_limit_is_a_413_in_anthropics_shape(serve, provider, summarizer) -> None:
-    server = serve(config(extra="server: {max_body_bytes: 4096}"))
-    client = client_for(server, "big")
+def test_a_body_over_the_limit_is_a_413_in_anthropics_shape(
+    serve, messages_provider, summarizer
+) -> None:
+    server = serve(server={"max_body_bytes": 4096})
+    client = anthropic_client(server, "big")
     with pytest.raises(anthropic.APIStatusError) as caught:
         client.messages.create(
             model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "x" * 8000}]
         )
     assert caught.value.status_code == 413
     assert caught.value.body["error"]["type"] == "request_too_large"
-    assert provider.mock.received == []
+    assert messages_provider.mock.received == []
 
 
 @EXACT_COUNTS
-def test_streams_are_relayed_byte_for_byte(serve, provider, summarizer) -> None:
+def test_streams_are_relayed_byte_for_byte(serve, messages_provider, summarizer) -> None:
     server = serve()
-    agent = Agent(client_for(server, "stream"))
+    agent = Agent(anthropic_client(server, "stream"))
     for n in range(5):
         agent.turn(f"Step {n} TOOL", rounds=2, padding=8)
     history = marked(
         [*agent.history, {"role": "user", "content": [{"type": "text", "text": "sum up"}]}]
     )
-    client = client_for(server, "stream")
+    client = anthropic_client(server, "stream")
     with client.messages.stream(
         model=MODEL, max_tokens=64, system=SYSTEM, messages=history, tools=TOOLS
     ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text.startswith("done: saw") and final.stop_reason == "end_turn"
-    assert summaries_in(provider.requests()[-1])  # compacted, and still a stream
+    assert summaries_in(messages_provider.requests()[-1])  # compacted, and still a stream
 
     body = {"model": MODEL, "max_tokens": 64, "system": SYSTEM, "messages": history, "stream": True}
     headers = {"x-api-key": KEY, "x-conversation-id": "stream", "anthropic-version": "2023-06-01"}
     with httpx.stream("POST", f"{server.url}/v1/messages", json=body, headers=headers) as response:
         relayed = response.read()
-    answered = f"done: saw {len(provider.requests()[-1]['messages'])} messages"
+    answered = f"done: saw {len(messages_provider.requests()[-1]['messages'])} messages"
     assert relayed == b"".join(c for c in sse_events(answered, model=MODEL) if isinstance(c, bytes))
 
 
 def test_window_discovery_never_sends_an_anthropic_key_to_the_openai_upstream(
-    serve, provider, summarizer, openai_mock
+    serve, messages_provider, summarizer, openai_mock
 ) -> None:
     server = serve()
-    client = client_for(server, "discover", key="sk-ant-secret")
+    client = anthropic_client(server, "discover", key="sk-ant-secret")
     client.messages.create(
         model="house-model-7", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
     )
@@ -448,7 +448,7 @@ def test_window_discovery_never_sends_an_anthropic_key_to_the_openai_upstream(
 
 
 def test_the_rest_of_the_messages_api_goes_to_anthropic_unchanged(
-    serve, provider, summarizer, openai_mock
+    serve, messages_provider, summarizer, openai_mock
 ) -> None:
     server = serve()
     headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
@@ -456,6 +456,6 @@ def test_the_rest_of_the_messages_api_goes_to_anthropic_unchanged(
     batches = httpx.get(f"{server.url}/v1/messages/batches?limit=2", headers=headers)
     assert wrong.status_code == batches.status_code == 404  # the mock's own answers
     assert wrong.json()["type"] == batches.json()["type"] == "error"
-    reached = [(r.method, r.path, r.query) for r in provider.mock.received]
+    reached = [(r.method, r.path, r.query) for r in messages_provider.mock.received]
     assert reached == [("GET", "/v1/messages", ""), ("GET", "/v1/messages/batches", "limit=2")]
     assert openai_mock.received == []

@@ -1,7 +1,7 @@
 """The Anthropic Messages adapter on random well-formed conversations, and its unit-sized rules.
 
 The rendered body is checked with the mock provider's own reading of the format
-(tests/dialects/anthropic_provider.py), never with the adapter's code.
+(tests/support/anthropic_provider.py), never with the adapter's code.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from proxy import wirejson
-from proxy.config import parse_settings
+from proxy.config.settings import parse_settings
 from proxy.core.checkpoints import chain_hash
 from proxy.core.planner import Plan
 from proxy.core.policy import (
@@ -27,11 +27,11 @@ from proxy.core.policy import (
 )
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.anthropic_messages import MESSAGES
-from proxy.dialects.chat_completions import CHAT
-from proxy.dialects.responses import RESPONSES
 from proxy.errors import InvalidRequest, PayloadTooLarge, UpstreamTimeout, UpstreamUnavailable
-from tests.dialects.anthropic_provider import problems, summaries_in, system_texts
+from proxy.proxying.targets import AnthropicTarget, OpenAITarget, targets
+from proxy.types import HeaderView
 from tests.dialects.planning import plan_body
+from tests.support.anthropic_provider import problems, summaries_in, system_texts
 
 Body = dict[str, Any]
 MARK = {"type": "ephemeral"}
@@ -373,9 +373,9 @@ def test_errors_are_in_anthropics_shape(error: Exception, kind: str) -> None:
     assert body == {"type": "error", "error": {"type": kind, "message": error.message}}  # type: ignore[attr-defined]
 
 
-def settings_with(**upstream: Any):
+def targets_with(**upstream: Any) -> tuple[OpenAITarget, AnthropicTarget]:
     settings = parse_settings("", environ={})
-    return settings.model_copy(update={"upstream": settings.upstream.model_copy(update=upstream)})
+    return targets(settings.upstream.model_copy(update=upstream), own_headers=frozenset())
 
 
 def test_the_proxys_key_replaces_the_callers() -> None:
@@ -384,44 +384,44 @@ def test_the_proxys_key_replaces_the_callers() -> None:
         (b"authorization", b"Bearer sk-caller"),
         (b"anthropic-version", b"2023-06-01"),
     ]
-    kept = MESSAGES.upstream_headers(headers, settings_with(), own_headers=frozenset())
+    _, anthropic = targets_with()
+    kept = anthropic.headers(HeaderView.of(headers))
     assert kept == headers
-    replaced = MESSAGES.upstream_headers(
-        headers, settings_with(anthropic_api_key=SecretStr("sk-proxy")), own_headers=frozenset()
-    )
+    _, anthropic = targets_with(anthropic_api_key=SecretStr("sk-proxy"))
+    replaced = anthropic.headers(HeaderView.of(headers))
     assert replaced == [(b"anthropic-version", b"2023-06-01"), (b"x-api-key", b"sk-proxy")]
 
 
 def test_the_callers_key_reaches_the_summarizer_only_on_the_same_host() -> None:
-    caller = {"x-api-key": "sk-caller", "anthropic-version": "2023-06-01"}
-    elsewhere = settings_with(base_url="https://api.openai.com/v1")
-    assert MESSAGES.caller_credentials(caller, elsewhere) == {}
-    gateway = settings_with(
+    caller = HeaderView.of([(b"x-api-key", b"sk-caller"), (b"anthropic-version", b"2023-06-01")])
+    _, elsewhere = targets_with(base_url="https://api.openai.com/v1")
+    assert elsewhere.caller_credentials(caller) == {}
+    _, gateway = targets_with(
         base_url="https://gateway.example/v1", anthropic_base_url="https://gateway.example"
     )
-    assert MESSAGES.caller_credentials(caller, gateway) == {"x-api-key": "sk-caller"}
+    assert gateway.caller_credentials(caller) == {"x-api-key": "sk-caller"}
 
 
-@pytest.mark.parametrize("dialect", [CHAT, RESPONSES], ids=["chat", "responses"])
-def test_a_request_carrying_anthropic_version_is_anthropics_on_openais_routes_too(
-    dialect: Any,
-) -> None:
+def test_a_request_carrying_anthropic_version_is_anthropics_on_openais_routes_too() -> None:
     """Issue 17: an Anthropic key never goes to the OpenAI-compatible upstream, whatever the
     path; ``x-api-key`` alone is a gateway's credential and stays with the route's API."""
-    settings = settings_with(
+    openai, _ = targets_with(
         base_url="https://api.openai.com/v1",
         api_key=SecretStr("sk-openai-proxy"),
         anthropic_api_key=SecretStr("sk-ant-proxy"),
     )
-    anthropic = [(b"anthropic-version", b"2023-06-01"), (b"x-api-key", b"sk-ant-caller")]
-    scope = {"path": "/v1/chat/completions", "query_string": b"", "headers": anthropic}
-    assert dialect.upstream_url(settings, scope) == "https://api.anthropic.com/v1/chat/completions"
-    sent = dialect.upstream_headers(anthropic, settings, own_headers=frozenset())
+    anthropic = HeaderView.of(
+        [(b"anthropic-version", b"2023-06-01"), (b"x-api-key", b"sk-ant-caller")]
+    )
+    scope = {"path": "/v1/chat/completions", "query_string": b"", "headers": anthropic.raw}
+    target = openai.resolve(anthropic)
+    assert target.url(scope) == "https://api.anthropic.com/v1/chat/completions"
+    sent = target.headers(anthropic)
     assert sent == [(b"anthropic-version", b"2023-06-01"), (b"x-api-key", b"sk-ant-proxy")]
-    caller = {"anthropic-version": "2023-06-01", "x-api-key": "sk-ant-caller"}
-    assert dialect.caller_credentials(caller, settings) == {}
+    assert target.caller_credentials(anthropic) == {}
 
-    gateway = [(b"x-api-key", b"gw-key")]
-    scope = {**scope, "headers": gateway}
-    assert dialect.upstream_url(settings, scope) == "https://api.openai.com/v1/chat/completions"
-    assert dialect.caller_credentials({"x-api-key": "gw-key"}, settings) == {"x-api-key": "gw-key"}
+    gateway = HeaderView.of([(b"x-api-key", b"gw-key")])
+    scope = {**scope, "headers": gateway.raw}
+    target = openai.resolve(gateway)
+    assert target.url(scope) == "https://api.openai.com/v1/chat/completions"
+    assert target.caller_credentials(gateway) == {"x-api-key": "gw-key"}

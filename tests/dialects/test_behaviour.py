@@ -1,5 +1,5 @@
 """The same behaviour on every compacted route (issue 11): chat completions, the Responses API
-and Anthropic Messages, each driven by its official client (tests/dialects/drivers.py) against
+and Anthropic Messages, each driven by its official client (tests/support/drivers.py) against
 one mock provider that serves all three.
 
 Each test plays one agent task (a tool call per round, tool outputs of a few hundred tokens) and
@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.dialects.drivers import (
+from tests.support.clients import admin_get
+from tests.support.drivers import (
     DRIVERS,
     SUMMARY_OPEN,
     TASK,
@@ -29,13 +30,11 @@ from tests.dialects.drivers import (
     Entry,
     Exchange,
     Run,
-    config,
 )
-from tests.mock_upstream import MockUpstream
-from tests.proxy.test_compaction_e2e import admin_get
-from tests.servers import ThreadedUvicorn
+from tests.support.mock_upstream import MockUpstream
+from tests.support.servers import ThreadedUvicorn
 
-ROUNDS = 12  # rounds of one task: several summaries at the policy of drivers.config
+ROUNDS = 12  # rounds of one task: several summaries at the policy of Driver.start
 
 
 @pytest.fixture(params=list(DRIVERS))
@@ -103,7 +102,7 @@ def stored_summaries(server: ThreadedUvicorn, conversation: str, **key: str) -> 
 
 
 def test_compaction_is_applied(driver: Driver) -> None:
-    server = driver.start(config())
+    server = driver.start()
     run = driver.run("agent-1", ROUNDS)
 
     outcomes = run.outcomes
@@ -125,7 +124,7 @@ def test_compaction_is_applied(driver: Driver) -> None:
 
 
 def test_forks_reuse_the_shared_summary_and_edits_never_get_one(driver: Driver) -> None:
-    server = driver.start(config())
+    server = driver.start()
     run = driver.run("fork", ROUNDS)
     stored = stored_summaries(server, "fork")
     made = driver.providers.summaries
@@ -150,7 +149,7 @@ def test_forks_reuse_the_shared_summary_and_edits_never_get_one(driver: Driver) 
 
 
 def test_ahead_mode_summarizes_after_a_response_and_no_turn_waits(driver: Driver) -> None:
-    server = driver.start(config(mode="ahead"))
+    server = driver.start(mode="ahead")
     run = driver.run("ahead", ROUNDS, between=driver.settle)
 
     outcomes = run.outcomes
@@ -174,7 +173,7 @@ def test_an_overflow_is_rescued_with_one_retry(driver: Driver, coding: str | Non
     """Also from a provider that compresses its answers, as real ones do: the overflow is read
     all the same, and the client gets the provider's bytes as they were."""
     driver.mock.compression = coding
-    driver.start(config(trigger="input_tokens: 1000000"))  # never fires: only the rescue cuts
+    driver.start(input_tokens=1_000_000)  # never fires: only the rescue cuts
     run = driver.run("overflow", 8)
     assert set(run.outcomes) == {"skipped"} and driver.providers.summaries == 0
     limit = len(run.history) // 2
@@ -193,7 +192,7 @@ def test_an_overflow_is_rescued_with_one_retry(driver: Driver, coding: str | Non
 
 
 def test_tenants_never_share_state(driver: Driver) -> None:
-    server = driver.start(config())
+    server = driver.start()
     one = driver.run("same-id", ROUNDS, key="sk-tenant-one")
     record_one = admin_get(server, "/conversations/same-id", key="sk-tenant-one").json()
     theirs = summary_numbers([body for e in one.exchanges for _, body in e.prompts])
@@ -216,7 +215,7 @@ SWITCHES = {"header": {"X-Compaction": "off"}, "policy": {"X-Compaction-Policy":
 
 @pytest.mark.parametrize("switch", ["header", "policy", "no-conversation"])
 def test_the_off_switch_sends_the_clients_bytes(driver: Driver, switch: str) -> None:
-    driver.start(config())
+    driver.start()
     conversation = None if switch == "no-conversation" else "off"
     run = driver.run(conversation, ROUNDS, headers=SWITCHES.get(switch))
 
@@ -230,7 +229,7 @@ def test_the_off_switch_sends_the_clients_bytes(driver: Driver, switch: str) -> 
 
 
 def test_bad_input_is_a_4xx_in_the_dialects_shape_and_changes_nothing(driver: Driver) -> None:
-    server = driver.start(config())
+    server = driver.start()
     for body, fragment in driver.bad_bodies():
         response = driver.post_raw(body, {"x-conversation-id": "bad"})
         assert response.status_code == 400, (body, response.text)
@@ -248,7 +247,7 @@ def test_bad_input_is_a_4xx_in_the_dialects_shape_and_changes_nothing(driver: Dr
 
 def test_the_views_read_a_run_alike(driver: Driver) -> None:
     """The suite's own yardstick: each dialect's view of the same agent run has one shape."""
-    driver.start(config(trigger="input_tokens: 1000000"))
+    driver.start(input_tokens=1_000_000)
     run: Run = driver.run("shape", 2)
     kinds = [e.kind for e in driver.view(json.loads(run.exchanges[-1].sent))]
     preamble = list(takewhile(lambda k: k == "preamble", kinds))

@@ -17,8 +17,8 @@ from proxy.core.policy import KeepSettings, PolicySettings, TriggerSettings
 from proxy.core.summary_message import OPEN_TAG
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_completions import CHAT
-from tests.core.strategies import agent_runs, conversations, tool_pairs_intact
 from tests.dialects.planning import plan_body
+from tests.support.strategies import agent_runs, conversations, tool_pairs_intact
 
 TOOLS = [{"type": "function", "function": {"name": "sh", "parameters": {"type": "object"}}}]
 

@@ -7,16 +7,11 @@ import anthropic
 import openai
 import pytest
 
-from tests.dialects.responses_provider import ResponsesProvider
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL
-from tests.sdk_clients import closed_after_test
+from tests.support.config import COMPACTING, config
+from tests.support.responses_provider import ResponsesProvider
+from tests.support.sdk_clients import closed_after_test
 
-CONFIG = f"""
-server: {{max_messages: 3}}
-store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}}
-summarizer: {{model: {SUMMARIZER_MODEL}}}
-"""
+AT_MOST_THREE = {"server": {"max_messages": 3}}
 HEADERS = {"X-Conversation-Id": "too-long"}
 TURNS = [
     {"role": "user", "content": "one"},
@@ -29,7 +24,7 @@ TURNS = [
 
 def test_a_responses_input_over_the_limit_names_input(mock, start_proxy) -> None:
     ResponsesProvider(mock)
-    server = start_proxy(settings_for(mock.url, CONFIG))
+    server = start_proxy(config(COMPACTING, AT_MOST_THREE, provider=mock.url))
     api = closed_after_test(
         openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-one", max_retries=0)
     )
@@ -42,8 +37,9 @@ def test_a_responses_input_over_the_limit_names_input(mock, start_proxy) -> None
 
 
 def test_an_anthropic_conversation_over_the_limit_names_messages(mock, start_proxy) -> None:
+    anthropic_upstream = {"anthropic_base_url": mock.url}
     server = start_proxy(
-        settings_for(mock.url, CONFIG + f'upstream: {{anthropic_base_url: "{mock.url}"}}\n')
+        config(COMPACTING, AT_MOST_THREE, provider=mock.url, upstream=anthropic_upstream)
     )
     api = closed_after_test(
         anthropic.Anthropic(base_url=server.url, api_key="sk-ant-one", max_retries=0)

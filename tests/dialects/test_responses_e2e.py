@@ -16,40 +16,22 @@ import httpx
 import openai
 import pytest
 
-from tests.dialects.responses_provider import INSTRUCTIONS, TASK, TOOLS, ResponsesProvider
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL
-from tests.proxy.test_compaction_e2e import admin_get, redis_url, store_url  # noqa: F401
-from tests.sdk_clients import closed_after_test
-from tests.settle import settle
-
-DEVELOPER = {"type": "message", "role": "developer", "content": "Run the tests after each edit."}
-KEY = "sk-caller-one"
-ADMIN = "admin-token-for-tests"
-
-
-def config(store: str = "memory://", *, mode: str = "inline", policy: str = "") -> str:
-    policy = policy or "trigger: {input_tokens: 3000, context_fraction: 0}, keep: {tokens: 1500}"
-    return f"""
-store: {{url: "{store}", tenant_secret: "tests-tenant-secret-0123456789", max_checkpoints: 32}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
-admin: {{token: {ADMIN}}}
-policies:
-  default: {{strategy: summarize, mode: {mode}, {policy}}}
-  frozen: {{strategy: "off"}}
-"""
+from tests.support.clients import KEY, admin_get, openai_client
+from tests.support.config import AGENT_RUN, EVERY_FOUR_INTERACTIONS, FROZEN, summarizing
+from tests.support.provider import tool_output
+from tests.support.responses_provider import (
+    DEVELOPER,
+    INSTRUCTIONS,
+    TASK,
+    TOOLS,
+    ResponsesProvider,
+    long_input,
+)
+from tests.support.settle import settle
 
 
 def client(server: Any, key: str = KEY) -> openai.OpenAI:
-    return closed_after_test(openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0))
-
-
-def tool_output(n: int) -> str:
-    """A test run's output: ~300-500 tokens, different every round."""
-    return f"run {n}\n" + "".join(
-        f"FAILED tests/test_mod_{n}.py::test_case_{i} - AssertionError: expected {i}, got {i + n}\n"
-        for i in range(15 + (n * 7) % 10)
-    )
+    return openai_client(server, None, key=key)
 
 
 class Agent:
@@ -132,9 +114,11 @@ def check_sent(body: dict[str, Any], history: list[dict[str, Any]], length: int)
 
 
 @pytest.mark.parametrize("mode", ["inline", "ahead"])
-def test_an_agent_run_is_compacted(mock, start_proxy, store_url: str, mode: str) -> None:  # noqa: F811
+def test_an_agent_run_is_compacted(mock, start_proxy, store_url: str, mode: str) -> None:
     provider = ResponsesProvider(mock)
-    server = start_proxy(settings_for(mock.url, config(store_url, mode=mode)))
+    server = start_proxy(
+        summarizing(mock.url, store_url, mode=mode, policy=AGENT_RUN, policies=FROZEN)
+    )
     agent = Agent(client(server), "agent-1").run(30)
     settle(server.url, route="responses", answered=30)  # the last ahead summary may be running
 
@@ -166,8 +150,8 @@ def test_a_streamed_overflow_is_rescued_once(mock, start_proxy, in_stream: bool)
     (A plain request's rescue: tests/dialects/test_behaviour.py.)"""
     provider = ResponsesProvider(mock)
     provider.overflow_in_stream = in_stream
-    never = "trigger: {interactions: 100, context_fraction: 0}, keep: {tokens: 1500}"
-    server = start_proxy(settings_for(mock.url, config(policy=never)))
+    never = {**AGENT_RUN, "trigger": {"interactions": 100, "context_fraction": 0}}
+    server = start_proxy(summarizing(mock.url, policy=never, policies=FROZEN))
     agent = Agent(client(server), "overflow").run(8)
     provider.max_items = 14
     raw = agent.send(stream=True)
@@ -179,23 +163,6 @@ def test_a_streamed_overflow_is_rescued_once(mock, start_proxy, in_stream: bool)
     assert len(second["input"]) <= 14
     check_sent(second, agent.history, agent.lengths[-1])
     assert provider.chat.summaries == 1
-
-
-def long_input() -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = [DEVELOPER]
-    for turn in range(12):
-        items.append(
-            {"type": "message", "role": "user", "content": f"Step {turn}: edit file {turn}"}
-        )
-        items.append(
-            {
-                "type": "message",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": f"edited {turn}", "annotations": []}],
-            }
-        )
-    items.append({"type": "message", "role": "user", "content": "last step"})
-    return items
 
 
 @pytest.mark.parametrize(
@@ -210,8 +177,9 @@ def long_input() -> list[dict[str, Any]]:
 )
 def test_what_is_not_compacted_goes_out_byte_identical(mock, start_proxy, headers, extra) -> None:
     provider = ResponsesProvider(mock)
-    interactions = "trigger: {interactions: 2, context_fraction: 0}, keep: {interactions: 1}"
-    server = start_proxy(settings_for(mock.url, config(policy=interactions)))
+    trigger, keep = {"interactions": 2, "context_fraction": 0}, {"interactions": 1}
+    interactions = {**AGENT_RUN, "trigger": trigger, "keep": keep}
+    server = start_proxy(summarizing(mock.url, policy=interactions, policies=FROZEN))
     fields = {"model": "gpt-4o", "instructions": INSTRUCTIONS, "input": long_input(), **extra}
     body = json.dumps(fields, indent=1).encode()
     response = httpx.post(
@@ -227,7 +195,7 @@ def test_what_is_not_compacted_goes_out_byte_identical(mock, start_proxy, header
 
 def test_previous_response_id_with_the_official_client_is_off(mock, start_proxy) -> None:
     ResponsesProvider(mock)
-    server = start_proxy(settings_for(mock.url, config()))
+    server = start_proxy(summarizing(mock.url, policy=AGENT_RUN, policies=FROZEN))
     raw = client(server).responses.with_raw_response.create(
         model="gpt-4o",
         previous_response_id="resp_earlier",
@@ -239,7 +207,7 @@ def test_previous_response_id_with_the_official_client_is_off(mock, start_proxy)
 
 def test_a_request_below_the_trigger_goes_out_byte_identical(mock, start_proxy) -> None:
     ResponsesProvider(mock)
-    server = start_proxy(settings_for(mock.url, config()))
+    server = start_proxy(summarizing(mock.url, policy=AGENT_RUN, policies=FROZEN))
     body = json.dumps({"model": "gpt-4o", "input": long_input()}, indent=2).encode()
     response = httpx.post(
         f"{server.url}/v1/responses",
@@ -266,7 +234,7 @@ def test_bad_input_is_a_400_in_openai_shape_and_stores_nothing(
     mock, start_proxy, input_: Any, param: str
 ) -> None:
     ResponsesProvider(mock)
-    server = start_proxy(settings_for(mock.url, config()))
+    server = start_proxy(summarizing(mock.url, policy=AGENT_RUN, policies=FROZEN))
     with pytest.raises(openai.BadRequestError) as caught:
         client(server).responses.create(
             model="gpt-4o", input=input_, extra_headers={"X-Conversation-Id": "bad"}
@@ -281,8 +249,7 @@ def test_bad_input_is_a_400_in_openai_shape_and_stores_nothing(
 
 def test_streamed_events_are_relayed_byte_for_byte(mock, start_proxy) -> None:
     provider = ResponsesProvider(mock)
-    interactions = "trigger: {interactions: 4, context_fraction: 0}, keep: {interactions: 2}"
-    server = start_proxy(settings_for(mock.url, config(policy=interactions)))
+    server = start_proxy(summarizing(mock.url, policy=EVERY_FOUR_INTERACTIONS, policies=FROZEN))
     api = client(server)
     with api.responses.with_streaming_response.create(
         model="gpt-4o",

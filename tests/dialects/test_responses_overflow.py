@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from proxy.overflow import look_for_overflow
+from proxy.proxying.overflow import look_for_overflow
 
 
 class Stream:

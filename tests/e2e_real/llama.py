@@ -29,10 +29,50 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.servers import free_port
+from tests.support.config import ADMIN
+from tests.support.servers import free_port
 
 MODEL_ALIAS = "smollm2-135m"
 N_CTX = 1024
+# The proxy's configuration in front of this model (tests.support.config.config merges it).
+REAL_MODEL: dict[str, Any] = {
+    "store": {"url": "memory://", "tenant_secret": "e2e-real-tenant-secret-0123456789"},
+    "summarizer": {
+        "model": MODEL_ALIAS,
+        "timeout_seconds": 300,
+        "max_summary_tokens": 96,
+        # Chunks of the transcript must fit the summarizer's own 1024-token window: a chunk gets
+        # max_input_tokens - max_summary_tokens - 1000 (kept for instructions), i.e. ~300 here.
+        "max_input_tokens": 1400,
+        # A 135M model with a 1024-token window: short instructions leave room for the transcript.
+        "prompt": "Summarize this conversation in three short bullet points.",
+        "update_prompt": "Update the existing summary with the new turns. Three short bullet points.",
+    },
+    "admin": {"token": ADMIN},
+    "models": {f"{MODEL_ALIAS}*": {"context_window": N_CTX, "encoding": "o200k_base"}},
+    "policies": {
+        "default": {
+            "strategy": "summarize",
+            "mode": "ahead",
+            "trigger": {"context_fraction": 0.6},
+            "keep": {"interactions": 2},
+        },
+        # a single-task tool loop (issue 10): cut between rounds, the task always kept
+        "agent": {
+            "strategy": "summarize",
+            "mode": "inline",
+            "trigger": {"context_fraction": 0.5},
+            "keep": {"interactions": 2},
+        },
+        # no trigger: only the overflow rescue compacts
+        "rescue-only": {
+            "strategy": "summarize",
+            "mode": "inline",
+            "trigger": {"context_fraction": 0},
+            "keep": {"interactions": 2},
+        },
+    },
+}
 
 
 def gguf_path() -> Path | None:

@@ -11,12 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from proxy.cli import main
-from tests.e2e_real.llama import MODEL_ALIAS, LlamaServer
-from tests.e2e_real.test_real_model import CONFIG as SUITE_CONFIG
-from tests.e2e_real.test_real_model import model  # noqa: F401  (the module-scoped server)
+from tests.e2e_real.llama import MODEL_ALIAS, REAL_MODEL, LlamaServer
+from tests.support.config import config_yaml
 
 pytestmark = pytest.mark.e2e_real
 
@@ -32,13 +30,14 @@ POLICY = {
 
 
 def test_eval_runs_against_a_real_model(
-    model: LlamaServer,  # noqa: F811
+    model: LlamaServer,
     tmp_path: Path,
 ) -> None:
     config = tmp_path / "proxy.yaml"
-    settings = yaml.safe_load(SUITE_CONFIG)
-    settings |= {"upstream": {"base_url": f"{model.url}/v1"}, "policies": {"default": POLICY}}
-    config.write_text(yaml.safe_dump(settings))
+    # Only POLICY: the suite's other policies are left out.
+    config.write_text(
+        config_yaml({**REAL_MODEL, "policies": {"default": POLICY}}, provider=model.url)
+    )
     out = tmp_path / "report.json"
     small = ["--builtin", "long-chat", "--chat-turns", "6", "--max-answer-tokens", "24",
              "--concurrency", "1"]  # fmt: skip

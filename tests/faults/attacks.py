@@ -96,7 +96,7 @@ def main() -> None:
 
     connections = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     with tempfile.TemporaryDirectory() as workdir, RawProvider() as provider:
-        proxy = Replica(proxy_config(upstream=provider.url, store="memory://"), Path(workdir))
+        proxy = Replica(proxy_config(provider=provider.url, store_url="memory://"), Path(workdir))
         try:
             attack = expect_without_body(proxy.port, connections=connections)
             left = time.monotonic()

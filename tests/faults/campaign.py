@@ -40,13 +40,13 @@ from typing import Any
 import httpx
 import openai
 
-from tests.bench.processes import Server
-from tests.conftest import REPO_ROOT, offline_folder
 from tests.faults.corpus import hostile_corpus, openai_error
 from tests.faults.issue17 import issue17_phase
 from tests.faults.replicas import ADMIN_TOKEN, Replica, proxy_config
-from tests.redis_server import RedisServer, redis_available
-from tests.servers import free_port, wait_for_port
+from tests.support.paths import REPO_ROOT, offline_folder
+from tests.support.processes import Server
+from tests.support.redis_server import RedisServer, redis_available
+from tests.support.servers import free_port, wait_for_port
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 TENANTS = ("alpha", "beta")
@@ -105,10 +105,10 @@ class Rig:
             wait_for_port(port, timeout=20)
             self.provider_url = f"http://127.0.0.1:{port}"
             config = proxy_config(
-                upstream=self.provider_url,
-                store=self.redis.url,
-                max_body_bytes=MAX_BODY,
-                extra_store=", operation_timeout_seconds: 0.5",
+                provider=self.provider_url,
+                store_url=self.redis.url,
+                server={"max_body_bytes": MAX_BODY},
+                store={"operation_timeout_seconds": 0.5},
             )
             for i in range(replicas):
                 self.replicas.append(Replica(config, workdir, name=f"proxy{i}"))

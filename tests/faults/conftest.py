@@ -1,40 +1,25 @@
-"""Fixtures of the fault suite: a private redis-server behind a fault proxy, the scripted mock
-provider, and ``compaction-proxy serve`` processes pointed at both."""
+"""Fixtures of the fault suite: a private redis-server behind a fault proxy, and
+``compaction-proxy serve`` processes pointed at it and at the scripted mock provider
+(``redis_server``, ``provider``, ``mock`` and in-process proxies come from tests/conftest.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.faults.replicas import Replica, proxy_config
 from tests.faults.tcp_fault import FaultProxy
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import mock, start_proxy  # noqa: F401  (in-process proxies)
-from tests.proxy.provider import Provider
-from tests.redis_server import RedisServer, own_redis_server
-from tests.servers import ThreadedUvicorn
-
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    with own_redis_server() as server:
-        yield server
+from tests.support.provider import Provider
+from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture
 def fault(redis_server: RedisServer) -> Iterator[FaultProxy]:
     with FaultProxy(redis_server.port) as proxy:
         yield proxy
-
-
-@pytest.fixture
-def provider() -> Iterator[Provider]:
-    upstream = MockUpstream()
-    with ThreadedUvicorn(upstream) as server:
-        upstream.url = server.url  # type: ignore[attr-defined]
-        yield Provider(upstream)
 
 
 @pytest.fixture
@@ -57,17 +42,12 @@ def start_serve(tmp_path: Path) -> Iterator[Callable[[str], Replica]]:
 def start_replica(
     start_serve: Callable[[str], Replica], provider: Provider, tiktoken_files: Path
 ) -> Callable[..., Replica]:
-    """start_replica(store_url, extra_store=..., extra_upstream=...) -> a running proxy
-    process, stopped by pid."""
+    """start_replica(store_url, **sections) -> a running proxy process in front of ``provider``
+    (proxy_config with ``sections`` merged), stopped by pid."""
 
-    def start(store: str, *, extra_store: str = "", extra_upstream: str = "") -> Replica:
+    def start(store_url: str, **sections: Any) -> Replica:
         return start_serve(
-            proxy_config(
-                upstream=provider.mock.url,  # type: ignore[attr-defined]
-                store=store,
-                extra_store=extra_store,
-                extra_upstream=extra_upstream,
-            )
+            proxy_config(provider=provider.mock.url, store_url=store_url, **sections)
         )
 
     return start

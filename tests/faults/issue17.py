@@ -47,11 +47,11 @@ import anthropic
 import httpx
 import openai
 
-from tests.bench.processes import Server
-from tests.conftest import REPO_ROOT
 from tests.faults.attacks import expect_without_body
 from tests.faults.replicas import Replica, proxy_config
-from tests.servers import free_port, wait_for_port
+from tests.support.paths import REPO_ROOT
+from tests.support.processes import Server
+from tests.support.servers import free_port, wait_for_port
 
 OPENAI_KEY = "sk-campaign-alpha"
 ANTHROPIC_KEY = "sk-ant-campaign-alpha"
@@ -130,29 +130,26 @@ def growing(first: str, turns: int, *, marker: str = "") -> Iterator[Turns]:
 # --- the rig -------------------------------------------------------------------------------------
 
 
-RESCUE_POLICY = """  rescue:
-    strategy: summarize
-    mode: inline
-    trigger: {context_fraction: 0}
-    keep: {interactions: 2}
-"""
+RESCUE_POLICY = {
+    "strategy": "summarize",
+    "mode": "inline",
+    "trigger": {"context_fraction": 0},
+    "keep": {"interactions": 2},
+}
 
 
 def replica_config(openai_url: str, anthropic_url: str, store: str) -> str:
     """The campaign's replicas' config (inline every 4 interactions keeping 2), plus the Anthropic
     upstream, a summarizer key of its own (never a caller's key sent to the other provider), and
     a ``rescue`` policy that only the overflow rescue compacts."""
-    config = proxy_config(
-        upstream=openai_url, store=store, extra_store=", operation_timeout_seconds: 0.5"
+    return proxy_config(
+        provider=openai_url,
+        store_url=store,
+        upstream={"anthropic_base_url": anthropic_url},
+        store={"operation_timeout_seconds": 0.5},
+        summarizer={"api_key": SUMMARIZER_KEY},
+        policies={"rescue": RESCUE_POLICY},
     )
-    upstream = f'base_url: "{openai_url}/v1"'
-    summarizer = "summarizer: {model: mock-summarizer"
-    assert upstream in config and summarizer in config and config.endswith("\n")
-    config = config.replace(upstream, f'{upstream}, anthropic_base_url: "{anthropic_url}"')
-    config = config.replace(
-        summarizer, f"summarizer: {{api_key: {SUMMARIZER_KEY}, model: mock-summarizer"
-    )
-    return config + RESCUE_POLICY
 
 
 class Providers:

@@ -1,7 +1,7 @@
 """The campaign's provider: a lean mock of OpenAI's and Anthropic's APIs in a process of its own.
 
 ``python -m tests.faults.provider_server PORT [--serves openai|anthropic] [--body-first] [--gzip]``.
-Unlike tests/mock_upstream.py it keeps no request bodies (a soak sends hundreds of thousands),
+Unlike tests/support/mock_upstream.py it keeps no request bodies (a soak sends hundreds of thousands),
 so its memory stays flat. It answers chat completions, Responses (``/v1/responses``) and
 Anthropic Messages (``/v1/messages``), streamed when asked, and the summarizer's calls (model
 ``mock-summarizer``) with numbered summaries that name the caller's tenant; any other path gets
@@ -40,9 +40,9 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from tests.dialects.anthropic_provider import message as anthropic_message
-from tests.dialects.anthropic_provider import sse_events as anthropic_events
-from tests.mock_upstream import accepts, completion, compressed, sse_chunks
+from tests.support.anthropic_provider import message as anthropic_message
+from tests.support.anthropic_provider import sse_events as anthropic_events
+from tests.support.mock_upstream import accepts, completion, compressed, sse_chunks
 
 SUMMARIZER_MODEL = "mock-summarizer"
 MARKER = re.compile(rb"TENANT-([a-z0-9]+)")

@@ -1,6 +1,6 @@
 """A provider speaking HTTP/1.1 over plain asyncio streams, for what a framework's server hides.
 
-uvicorn (under tests/mock_upstream.py) answers ``Expect: 100-continue`` by itself and keeps no
+uvicorn (under tests/support/mock_upstream.py) answers ``Expect: 100-continue`` by itself and keeps no
 count of open sockets. Many real providers do neither: this one never sends ``100 Continue``, it
 reads the whole body before it answers (so a client that waits for a 100 waits for ever), and it
 counts the connections open to it, which is what a test needs to see what the proxy holds.
@@ -18,8 +18,8 @@ import json
 import threading
 from dataclasses import dataclass
 
-from tests.mock_upstream import completion
-from tests.servers import free_port
+from tests.support.mock_upstream import completion
+from tests.support.servers import free_port
 
 
 @dataclass(frozen=True)

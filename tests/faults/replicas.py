@@ -10,40 +10,30 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from tests.bench.processes import Server
-from tests.servers import free_port
+from tests.support.config import EVERY_FOUR_INTERACTIONS, SUMMARIZER_MODEL, config_yaml
+from tests.support.processes import Server
+from tests.support.servers import free_port
 
 CLI = Path(sys.executable).parent / "compaction-proxy"
 ADMIN_TOKEN = "admin-token-for-faults"
 TENANT_SECRET = "faults-tenant-secret-0123456789abcdef"
 
 
-def proxy_config(
-    *,
-    upstream: str,
-    store: str,
-    extra_store: str = "",
-    extra_upstream: str = "",
-    max_body_bytes: int = 33554432,
-) -> str:
-    """Summarize every 4 interactions keeping 2, inline, with the mock provider's summarizer.
-    ``extra_store`` / ``extra_upstream``: more keys of those mappings, each starting ", "."""
-    return f"""
-server: {{log_level: info, access_log: true, max_body_bytes: {max_body_bytes}}}
-upstream: {{base_url: "{upstream}/v1"{extra_upstream}}}
-store: {{url: "{store}", tenant_secret: "{TENANT_SECRET}", max_checkpoints: 64{extra_store}}}
-summarizer: {{model: mock-summarizer, timeout_seconds: 10}}
-admin: {{token: {ADMIN_TOKEN}}}
-policies:
-  default:
-    strategy: summarize
-    mode: inline
-    trigger: {{interactions: 4, context_fraction: 0}}
-    keep: {{interactions: 2}}
-"""
+def proxy_config(*, provider: str, store_url: str, **sections: Any) -> str:
+    """The YAML of a replica: a summary every 4 interactions keeping 2, inline, by the mock
+    provider's summarizer, logs at info with the access log; then ``sections``."""
+    replica = {
+        "server": {"log_level": "info", "access_log": True},
+        "store": {"url": store_url, "tenant_secret": TENANT_SECRET, "max_checkpoints": 64},
+        "summarizer": {"model": SUMMARIZER_MODEL, "timeout_seconds": 10},
+        "admin": {"token": ADMIN_TOKEN},
+        "policies": {"default": EVERY_FOUR_INTERACTIONS},
+    }
+    return config_yaml(replica, sections, provider=provider)
 
 
 class Replica:

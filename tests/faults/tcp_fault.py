@@ -23,7 +23,7 @@ import struct
 import threading
 from typing import Literal
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 Mode = Literal["pass", "delay", "blackhole", "reset"]
 CHUNK = 65536

@@ -26,14 +26,18 @@ from redis import Redis
 
 from tests.faults.replicas import Replica
 from tests.faults.tcp_fault import FaultProxy
-from tests.mock_upstream import Received, Reply
-from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider, take_turn
-from tests.redis_server import RedisServer
+from tests.support.mock_upstream import Received, Reply
+from tests.support.provider import SUMMARIZER_MODEL, SYSTEM, Provider, take_turn
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
 
 # Short store bounds so that a fault costs a test a few seconds, not minutes.
-FAST_STORE = ", operation_timeout_seconds: 0.3, breaker_failures: 2, breaker_cooldown_seconds: 0.5"
+FAST_STORE = {
+    "operation_timeout_seconds": 0.3,
+    "breaker_failures": 2,
+    "breaker_cooldown_seconds": 0.5,
+}
 # The longest a request may take while Redis misbehaves: a few store calls at their timeout.
 ANSWER_BOUND = 5.0
 RECOVERY_BOUND = 15.0
@@ -110,7 +114,7 @@ def test_redis_network_faults_answer_every_request(
     start_replica: Callable[..., Replica],
     client_for: Callable[..., openai.OpenAI],
 ) -> None:
-    replica = start_replica(f"redis://127.0.0.1:{fault.port}/0", extra_store=FAST_STORE)
+    replica = start_replica(f"redis://127.0.0.1:{fault.port}/0", store=FAST_STORE)
     client = client_for(replica, f"conv-{mode}")
     history: list[dict[str, Any]] = [SYSTEM]
     _, before = timed_turns(client, history, "before", 6)
@@ -136,7 +140,7 @@ def test_redis_stopped_then_continued_answers_every_request(
     start_replica: Callable[..., Replica],
     client_for: Callable[..., openai.OpenAI],
 ) -> None:
-    replica = start_replica(redis_server.url, extra_store=FAST_STORE)
+    replica = start_replica(redis_server.url, store=FAST_STORE)
     client = client_for(replica, "conv-sigstop")
     history: list[dict[str, Any]] = [SYSTEM]
     timed_turns(client, history, "before", 5)
@@ -234,7 +238,7 @@ def test_canary_key_and_text_never_reach_logs_metrics_or_redis(
     # Encrypted at rest, as deploy/ configures it: a summary may quote the conversation (it is
     # made of it), so without encryption_keys its text sits in Redis by design.
     sealing = base64.b64encode(os.urandom(32)).decode()
-    replica = start_replica(redis_server.url, extra_store=f", encryption_keys: ['k1:{sealing}']")
+    replica = start_replica(redis_server.url, store={"encryption_keys": [f"k1:{sealing}"]})
     client = client_for(replica, "conv-canary", key)
     history: list[dict[str, Any]] = [SYSTEM]
     outcomes = []

@@ -11,6 +11,7 @@ import json
 import socket
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -19,19 +20,18 @@ import pytest
 from tests.faults.attacks import expect_without_body
 from tests.faults.raw_provider import RawProvider
 from tests.faults.replicas import Replica, proxy_config
-from tests.mock_upstream import sse_chunks, sse_reply
-from tests.proxy.provider import SYSTEM, TOOLS, Provider, take_turn
-from tests.sdk_clients import closed_after_test
+from tests.support.mock_upstream import sse_chunks, sse_reply
+from tests.support.provider import SYSTEM, TOOLS, Provider, take_turn
+from tests.support.sdk_clients import closed_after_test
+from tests.support.settle import wait_until
 
 MB2 = 2_000_000
 TRANSPORTS = ["aiohttp", "httpx"]
 
 
-def hop_config(upstream: str, *, transport: str, extra_upstream: str = "") -> str:
+def hop_config(provider: str, *, transport: str, **upstream: Any) -> str:
     return proxy_config(
-        upstream=upstream,
-        store="memory://",
-        extra_upstream=f", transport: {transport}{extra_upstream}",
+        provider=provider, store_url="memory://", upstream={"transport": transport, **upstream}
     )
 
 
@@ -39,15 +39,6 @@ def hop_config(upstream: str, *, transport: str, extra_upstream: str = "") -> st
 def raw_provider() -> Iterator[RawProvider]:
     with RawProvider() as provider:
         yield provider
-
-
-def wait_until(condition: Callable[[], bool], *, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def upload_as_curl(
@@ -150,9 +141,7 @@ def test_clients_that_abandon_an_expect_upload_hold_no_upstream_connection(
     """Twice as many ``Expect`` heads without a body as the upstream pool holds, then the
     clients leave: within a bounded wait the provider has no connection from the proxy open,
     and another client's request is answered."""
-    proxy = start_serve(
-        hop_config(raw_provider.url, transport=transport, extra_upstream=", max_connections: 4")
-    )
+    proxy = start_serve(hop_config(raw_provider.url, transport=transport, max_connections=4))
     attack = expect_without_body(proxy.port, connections=8, hold_seconds=1.0)
     assert attack.connections == 8
     left = time.monotonic()
@@ -254,7 +243,7 @@ def test_the_access_log_tells_what_a_streaming_client_received(
     """The SDK stops reading at ``[DONE]`` and closes the connection; a provider may hold its
     stream open a moment longer. Then a client reads two events of a slow stream and leaves.
     The log said 499 with ``bytes_out: 0`` for both; it must say what the client got."""
-    replica = start_replica("memory://", extra_upstream=", discover_windows: false")
+    replica = start_replica("memory://", upstream={"discover_windows": False})
     client = sdk_client(replica, "streams")
     if not conversation:
         client = client.with_options(default_headers={"X-Compaction": "off"})

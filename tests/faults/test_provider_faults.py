@@ -13,66 +13,52 @@ proxy and a real mock provider on loopback ports:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-from tests.dialects.responses_provider import INSTRUCTIONS, ResponsesProvider
-from tests.dialects.test_responses_e2e import config as responses_config
-from tests.dialects.test_responses_e2e import long_input
-from tests.mock_upstream import MockUpstream, Received, Reply, json_reply
-from tests.proxy.conftest import running_mock, running_proxies, settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL, SYSTEM, Provider
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn
+from proxy.config.settings import Settings
+from tests.support.clients import openai_client
+from tests.support.config import COMPACTING, FROZEN, SUMMARIZER_MODEL, config, summarizing
+from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply
+from tests.support.provider import SYSTEM, Provider
+from tests.support.responses_provider import INSTRUCTIONS, ResponsesProvider, long_input
+from tests.support.sdk_clients import closed_after_test
+from tests.support.servers import ThreadedUvicorn
 
 MODEL = "house-model"  # in no table: only the provider's overflow answer tells its window
-CONFIG = f"""
-store: {{url: "memory://", tenant_secret: "tests-tenant-secret-0123456789"}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 5}}
-policies:
-  default:
-    strategy: summarize
-    mode: inline
-    trigger: {{context_fraction: 0.8}}
-    keep: {{interactions: 2}}
-"""
+NEAR_THE_WINDOW = {
+    "strategy": "summarize",
+    "mode": "inline",
+    "trigger": {"context_fraction": 0.8},
+    "keep": {"interactions": 2},
+}
+
+
+def near_the_window(provider: str, **sections: Any) -> Settings:
+    """A summary as the model's window fills (a window learned from an overflow answer)."""
+    return config(COMPACTING, sections, provider=provider, policies={"default": NEAR_THE_WINDOW})
+
+
 STEP = "Step {n}: " + "edit the parser, run the tests, report the failures. " * 8  # ~90 tokens
 
 
 @pytest.fixture
-def upstream(tiktoken_files: object) -> Iterator[MockUpstream]:
+def upstream(mock: MockUpstream, tiktoken_files: object) -> MockUpstream:
     """The OpenAI-compatible provider (it counts tokens as the proxy does)."""
-    with running_mock() as mock:
-        yield mock
+    return mock
 
 
 @pytest.fixture
-def anthropic_upstream() -> Iterator[MockUpstream]:
-    with running_mock() as mock:
-        yield mock
+def anthropic_upstream(second_mock: MockUpstream) -> MockUpstream:
+    return second_mock
 
 
-@pytest.fixture
-def start_proxy() -> Iterator[Callable[..., ThreadedUvicorn]]:
-    with running_proxies() as start:
-        yield start
-
-
-def openai_client(server: ThreadedUvicorn, conversation: str, **options: Any) -> openai.OpenAI:
-    return closed_after_test(
-        openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key="sk-openai-caller",
-            max_retries=0,
-            timeout=30,
-            default_headers={"X-Conversation-Id": conversation, **options.pop("headers", {})},
-            **options,
-        )
-    )
+def caller_client(server: ThreadedUvicorn, conversation: str, **options: Any) -> openai.OpenAI:
+    return openai_client(server, conversation, key="sk-openai-caller", timeout=30, **options)
 
 
 # --- a provider that compresses its answers ------------------------------------------------------
@@ -113,9 +99,9 @@ def test_a_compressed_overflow_answer_is_rescued_and_teaches_the_window(
     provider = Provider(upstream)
     provider.window_tokens = 700
     upstream.compression = coding
-    server = start_proxy(settings_for(upstream.url, CONFIG, discover_windows=False))  # type: ignore[attr-defined]
+    server = start_proxy(near_the_window(upstream.url, upstream={"discover_windows": False}))
 
-    seen = chat_turns(openai_client(server, f"gz-{coding}-{stream}"), 14, stream=stream)
+    seen = chat_turns(caller_client(server, f"gz-{coding}-{stream}"), 14, stream=stream)
 
     retried = [i for i, h in enumerate(seen) if h.get("x-compaction-retried")]
     assert len(retried) == 1, [h.get("x-compaction") for h in seen]
@@ -137,22 +123,22 @@ def test_codings_the_proxy_cannot_read_are_not_asked_for_where_it_reads_the_answ
     provider = Provider(upstream)
     provider.window_tokens = 700
     upstream.compression = "gzip"
-    server = start_proxy(settings_for(upstream.url, CONFIG, discover_windows=False))  # type: ignore[attr-defined]
+    server = start_proxy(near_the_window(upstream.url, upstream={"discover_windows": False}))
     node = {"Accept-Encoding": "br, gzip;q=0.8, zstd, deflate;q=0.5"}
-    seen = chat_turns(openai_client(server, "node", headers=node), 14, stream=False)
+    seen = chat_turns(caller_client(server, "node", headers=node), 14, stream=False)
     assert len([h for h in seen if h.get("x-compaction-retried")]) == 1
     assert {r.headers["accept-encoding"] for r in conversation_requests(upstream)} == {
         "gzip;q=0.8, deflate;q=0.5"
     }
 
     only_br = {"Accept-Encoding": "br"}
-    chat_turns(openai_client(server, "br", headers=only_br), 1, stream=False)
+    chat_turns(caller_client(server, "br", headers=only_br), 1, stream=False)
     assert conversation_requests(upstream)[-1].headers["accept-encoding"] == "identity"
 
     off = {**node, "X-Compaction": "off"}
-    chat_turns(openai_client(server, "off", headers=off), 1, stream=False)
+    chat_turns(caller_client(server, "off", headers=off), 1, stream=False)
     assert conversation_requests(upstream)[-1].headers["accept-encoding"] == node["Accept-Encoding"]
-    openai_client(server, "models", headers=node).models.list()
+    caller_client(server, "models", headers=node).models.list()
     assert upstream.received[-1].headers["accept-encoding"] == node["Accept-Encoding"]
 
 
@@ -185,10 +171,8 @@ def test_anthropic_sdk_calls_outside_messages_reach_only_the_anthropic_upstream(
     credential: str,
 ) -> None:
     anthropic_upstream.default = anthropic_api
-    settings = settings_for(
-        upstream.url,  # type: ignore[attr-defined]
-        CONFIG,
-        anthropic_base_url=anthropic_upstream.url,  # type: ignore[attr-defined]
+    settings = near_the_window(
+        upstream.url, upstream={"anthropic_base_url": anthropic_upstream.url}
     )
     server = start_proxy(settings)
     key = "sk-ant-api03-caller-secret"
@@ -213,7 +197,7 @@ def test_anthropic_sdk_calls_outside_messages_reach_only_the_anthropic_upstream(
         assert sent.endswith(key)
 
     # The openai SDK's own calls still go to the OpenAI-compatible upstream.
-    openai_client(server, "models").models.list()
+    caller_client(server, "models").models.list()
     assert [(r.path, r.headers["authorization"]) for r in upstream.received] == [
         ("/v1/models", "Bearer sk-openai-caller")
     ]
@@ -225,9 +209,11 @@ def test_anthropic_sdk_calls_outside_messages_reach_only_the_anthropic_upstream(
 
 THINK_SECONDS = 1.5
 # Never compacts on its own: only an overflow makes the proxy cut.
-RESPONSES_CONFIG = responses_config(
-    policy="trigger: {interactions: 100, context_fraction: 0}, keep: {interactions: 1}"
-)
+NEVER = {
+    "strategy": "summarize",
+    "trigger": {"interactions": 100, "context_fraction": 0},
+    "keep": {"interactions": 1},
+}
 INPUT_ITEMS = len(long_input())
 
 
@@ -240,8 +226,8 @@ def test_a_thinking_models_response_created_reaches_the_client_at_once(
 ) -> None:
     provider = ResponsesProvider(upstream)
     provider.think_seconds = THINK_SECONDS
-    server = start_proxy(settings_for(upstream.url, RESPONSES_CONFIG))  # type: ignore[attr-defined]
-    client = openai_client(server, "thinking")
+    server = start_proxy(summarizing(upstream.url, policy=NEVER, policies=FROZEN))
+    client = caller_client(server, "thinking")
 
     started = time.monotonic()
     raw = client.responses.with_raw_response.create(
@@ -266,8 +252,8 @@ def test_a_streamed_overflow_is_still_rescued_into_a_completed_response(
     provider = ResponsesProvider(upstream)
     provider.overflow_in_stream = True
     provider.max_items = INPUT_ITEMS // 2
-    server = start_proxy(settings_for(upstream.url, RESPONSES_CONFIG))  # type: ignore[attr-defined]
-    client = openai_client(server, "rescued")
+    server = start_proxy(summarizing(upstream.url, policy=NEVER, policies=FROZEN))
+    client = caller_client(server, "rescued")
 
     with client.responses.stream(
         model="gpt-4o", instructions=INSTRUCTIONS, input=long_input()
@@ -281,7 +267,7 @@ def test_a_streamed_overflow_is_still_rescued_into_a_completed_response(
     assert provider.chat.summaries == 1
 
     # Its headers say so: they were not out yet when the failure came.
-    raw = openai_client(server, "rescued-again").responses.with_raw_response.create(
+    raw = caller_client(server, "rescued-again").responses.with_raw_response.create(
         model="gpt-4o", instructions=INSTRUCTIONS, input=long_input(), stream=True
     )
     assert [e.type for e in raw.parse()][-1] == "response.completed"
@@ -296,9 +282,11 @@ def test_with_no_hold_a_late_overflow_reaches_the_client_as_sent(
     provider = ResponsesProvider(upstream)
     provider.overflow_in_stream = True
     provider.max_items = INPUT_ITEMS // 2
-    settings = settings_for(upstream.url, RESPONSES_CONFIG, stream_hold_seconds=0)  # type: ignore[attr-defined]
+    settings = summarizing(
+        upstream.url, policy=NEVER, policies=FROZEN, upstream={"stream_hold_seconds": 0}
+    )
     server = start_proxy(settings)
-    raw = openai_client(server, "no-hold").responses.with_raw_response.create(
+    raw = caller_client(server, "no-hold").responses.with_raw_response.create(
         model="gpt-4o", instructions=INSTRUCTIONS, input=long_input(), stream=True
     )
     names = [e.type for e in raw.parse()]
@@ -313,8 +301,8 @@ def test_a_compressed_stream_is_still_read_for_its_overflow(
     provider.overflow_in_stream = True
     provider.max_items = INPUT_ITEMS // 2
     upstream.compression = "gzip"
-    server = start_proxy(settings_for(upstream.url, RESPONSES_CONFIG))  # type: ignore[attr-defined]
-    raw = openai_client(server, "gz-stream").responses.with_raw_response.create(
+    server = start_proxy(summarizing(upstream.url, policy=NEVER, policies=FROZEN))
+    raw = caller_client(server, "gz-stream").responses.with_raw_response.create(
         model="gpt-4o", instructions=INSTRUCTIONS, input=long_input(), stream=True
     )
     assert [e.type for e in raw.parse()][-1] == "response.completed"

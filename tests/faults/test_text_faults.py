@@ -3,7 +3,7 @@ that no encoder downstream of the proxy accepts as it is, and input big enough t
 event loop.
 
 Each is driven as a client sends it, against a real proxy and the scripted mock provider of all
-three dialects (tests/dialects/drivers.py) on free loopback ports. The official SDKs refuse to
+three dialects (tests/support/drivers.py) on free loopback ports. The official SDKs refuse to
 send a lone surrogate or a NaN (they encode strictly), so those bodies go as raw bytes, as any
 other client (or ``json.dumps`` with its defaults) sends them. docs/faults.md lists the cases.
 """
@@ -21,13 +21,13 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.config.settings import Settings
 from proxy.core.tokens import TokenCounter
-from tests.dialects.drivers import Providers
-from tests.mock_upstream import MockUpstream
-from tests.proxy.conftest import settings_for
-from tests.proxy.provider import SUMMARIZER_MODEL
-from tests.servers import ThreadedUvicorn
-from tests.settle import settle
+from tests.support.config import EVERY_FOUR_INTERACTIONS, SUMMARIZER_MODEL, config
+from tests.support.drivers import Providers
+from tests.support.mock_upstream import MockUpstream
+from tests.support.servers import ThreadedUvicorn
+from tests.support.settle import settle
 
 ADMIN = "admin-token-for-text-faults"
 KEY = "sk-text-faults"
@@ -35,19 +35,17 @@ SURROGATE = "\ud800"  # a lone high surrogate: valid JSON as "\ud800", invalid U
 REPLACEMENT = "\ufffd"  # what the summarizer sees in its place (docs/policies.md)
 
 
-def config(*, mode: str = "inline", summarizer: str = "") -> str:
-    """The issue's policy: summarize every 4 interactions, keep 2, with the mock summarizer."""
-    return f"""
-store: {{url: "memory://", tenant_secret: "text-faults-tenant-secret-0123456789"}}
-summarizer: {{model: {SUMMARIZER_MODEL}, timeout_seconds: 10{summarizer}}}
-admin: {{token: {ADMIN}}}
-policies:
-  default:
-    strategy: summarize
-    mode: {mode}
-    trigger: {{interactions: 4, context_fraction: 0}}
-    keep: {{interactions: 2}}
-"""
+def text_config(provider: str, *, mode: str = "inline", **sections: Any) -> Settings:
+    """The issue's policy: summarize every 4 interactions, keep 2, with the mock summarizer; both
+    upstreams (OpenAI-compatible and Anthropic) at ``provider``; then ``sections``."""
+    proxy = {
+        "upstream": {"anthropic_base_url": provider},
+        "store": {"url": "memory://", "tenant_secret": "text-faults-tenant-secret-0123456789"},
+        "summarizer": {"model": SUMMARIZER_MODEL, "timeout_seconds": 10},
+        "admin": {"token": ADMIN},
+        "policies": {"default": {**EVERY_FOUR_INTERACTIONS, "mode": mode}},
+    }
+    return config(proxy, sections, provider=provider)
 
 
 OPENAI_AUTH = {"authorization": f"Bearer {KEY}"}
@@ -96,11 +94,11 @@ def providers(mock: MockUpstream) -> Providers:
 def start(
     mock: MockUpstream, start_proxy: Callable[..., ThreadedUvicorn], providers: Providers
 ) -> Callable[..., ThreadedUvicorn]:
-    """start(yaml) -> a proxy whose upstream (both base URLs) is the mock of every dialect."""
+    """start(mode=..., **sections) -> a proxy (text_config) in front of the mock of every
+    dialect."""
 
-    def run(yaml_text: str) -> ThreadedUvicorn:
-        url = mock.url  # type: ignore[attr-defined]
-        return start_proxy(settings_for(url, yaml_text, anthropic_base_url=url))
+    def run(*, mode: str = "inline", **sections: Any) -> ThreadedUvicorn:
+        return start_proxy(text_config(mock.url, mode=mode, **sections))
 
     return run
 
@@ -173,7 +171,7 @@ def surrogate_turns(
 def test_lone_surrogate_in_a_summarized_message_inline(
     route: Route, start: Callable[..., ThreadedUvicorn], mock: MockUpstream, http: httpx.Client
 ) -> None:
-    proxy = start(config(mode="inline"))
+    proxy = start()
     responses = surrogate_turns(http, proxy, route, f"surrogate-inline-{route.label}")
     statuses = [r.status_code for r in responses]
     assert statuses == [200] * 10, [(r.status_code, r.text[:200]) for r in responses]
@@ -193,7 +191,7 @@ def test_lone_surrogate_in_a_summarized_message_inline(
 def test_lone_surrogate_in_a_summarized_message_ahead(
     route: Route, start: Callable[..., ThreadedUvicorn], mock: MockUpstream, http: httpx.Client
 ) -> None:
-    proxy = start(config(mode="ahead"))
+    proxy = start(mode="ahead")
 
     def settled(answered: int) -> None:
         settle(proxy.url, route=route.label, answered=answered)
@@ -236,7 +234,7 @@ def assert_openai_error(response: httpx.Response, param: str) -> str:
 def test_admin_summary_edit_refuses_text_that_is_not_unicode(
     start: Callable[..., ThreadedUvicorn], http: httpx.Client
 ) -> None:
-    proxy = start(config(mode="inline"))
+    proxy = start()
     responses = surrogate_turns(http, proxy, ROUTES["chat"], "edit-me", first="FIRST msg")
     assert "applied" in [r.headers["x-compaction"] for r in responses]
     before = admin(http, proxy, "GET", "/conversations/edit-me").json()
@@ -282,7 +280,7 @@ def test_summarizer_answer_with_a_lone_surrogate_is_stored_replaced(
         return reply
 
     providers.chat._summary = summary_with_surrogate  # type: ignore[method-assign]
-    proxy = start(config(mode="inline"))
+    proxy = start()
     responses = surrogate_turns(http, proxy, ROUTES["chat"], "answer", first="FIRST msg")
     assert [r.status_code for r in responses] == [200] * 10
     assert "applied" in [r.headers["x-compaction"] for r in responses]
@@ -296,7 +294,7 @@ def test_summarizer_answer_with_a_lone_surrogate_is_stored_replaced(
 def test_admin_preview_of_messages_with_a_lone_surrogate(
     start: Callable[..., ThreadedUvicorn], http: httpx.Client
 ) -> None:
-    proxy = start(config(mode="inline"))
+    proxy = start()
     history = [{"role": "user", "content": f"FIRST {SURROGATE} msg"}]
     body = raw({"model": "gpt-4o", "messages": history})
     response = admin(
@@ -312,8 +310,8 @@ def test_lone_surrogate_in_the_request_model_summarized_by_that_model(
     """``summarizer.model: $request``: the client's model name is sent by the summarizer and
     labels the checkpoint, which is stored, shown and exported (U+FFFD in the label)."""
     exported = tmp_path / "summaries.jsonl"
-    yaml_text = config(mode="inline").replace(f"model: {SUMMARIZER_MODEL}", "model: $request")
-    proxy = start(yaml_text + f'export:\n  jsonl: {{path: "{exported}"}}\n')
+    export = {"jsonl": {"path": str(exported)}}
+    proxy = start(summarizer={"model": "$request"}, export=export)
     route = Route(
         "/v1/chat/completions",
         "chat",
@@ -338,7 +336,7 @@ def test_a_model_name_with_a_lone_surrogate_never_breaks_metrics(
 ) -> None:
     """The model name labels per-model gauges (window, token factor): one client's odd name
     must not make /metrics a 500 for every scrape after it."""
-    proxy = start(config(mode="inline"))
+    proxy = start()
     body = route.body([{"role": "user", "content": "hello " * 50}])
     body["model"] = body["model"] + SURROGATE  # gpt-4o / claude-mock-1: a built-in window
     for _ in range(3):
@@ -351,7 +349,7 @@ def test_a_model_name_with_a_lone_surrogate_never_breaks_metrics(
 # --- 2. a huge old message: the summary's calls are capped, the event loop stays free --------
 
 # One summary reads at most 5400 tokens, in calls of 3000 - 200 (summary) - 1000 (prompt) = 1800.
-CAPPED = ", max_input_tokens: 3000, max_summary_tokens: 200, max_summarized_tokens: 5400"
+CAPPED = {"max_input_tokens": 3000, "max_summary_tokens": 200, "max_summarized_tokens": 5400}
 MAX_CALLS = 3
 HUGE_BYTES = 2_000_000  # over 1 MiB: the request is parsed and planned off the event loop too
 
@@ -370,7 +368,7 @@ def huge_history() -> list[dict[str, str]]:
 def test_a_huge_old_message_is_summarized_in_a_bounded_number_of_calls(
     route: Route, start: Callable[..., ThreadedUvicorn], mock: MockUpstream, http: httpx.Client
 ) -> None:
-    proxy = start(config(mode="inline", summarizer=CAPPED))
+    proxy = start(summarizer=CAPPED)
     response = post(http, proxy, route, raw(route.body(huge_history())), f"huge-{route.label}")
     assert response.status_code == 200, response.text[:300]
     assert response.headers["x-compaction"] == "applied"
@@ -414,8 +412,7 @@ def test_other_clients_are_answered_while_a_huge_message_is_read_for_its_summary
     """While the summarizer counts the huge message (held until released), /healthz and a
     small chat of another client are answered: the counting is not on the event loop."""
     counter = GatedCounter(size=50_000)
-    url = mock.url  # type: ignore[attr-defined]
-    settings = settings_for(url, config(summarizer=CAPPED), anthropic_base_url=url)
+    settings = text_config(mock.url, summarizer=CAPPED)
     proxy = start_proxy(settings, counter=counter)
     body = raw(route.body(huge_history()))
     result: list[httpx.Response] = []
@@ -451,7 +448,7 @@ def test_nan_and_infinity_reach_the_provider_as_sent_when_compacted(
 ) -> None:
     """``json.dumps`` writes ``NaN``, ``Infinity`` and ``-Infinity`` (Python's JSON reads them
     back): a compacted body, re-encoded by the proxy, carries them exactly so, never ``null``."""
-    proxy = start(config(mode="inline"))
+    proxy = start()
     extra = {"temperature": float("nan"), "x_bounds": [float("inf"), -float("inf"), 0.5]}
     history = [{"role": "user", "content": "FIRST msg"}]
     sent = []

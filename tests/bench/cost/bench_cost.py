@@ -35,7 +35,7 @@ from tests.bench.cost.provider import BillingLine, CachingProvider  # noqa: E402
 from tests.bench.cost.replay import Rule, Seen, replay  # noqa: E402
 from tests.bench.cost.setups import SETUPS, BenchModels, SimClock, target  # noqa: E402
 from tests.bench.cost.transcripts import transcripts  # noqa: E402
-from tests.servers import ThreadedUvicorn  # noqa: E402
+from tests.support.servers import ThreadedUvicorn  # noqa: E402
 
 WINDOW = 200_000
 SUMMARIZER = "bench-summarizer"

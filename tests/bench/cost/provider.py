@@ -3,7 +3,7 @@ API reports it, plain and streamed, and every request's billing line recorded.
 
 Routes: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (OpenAI's automatic caching),
 ``POST /v1/messages`` (Anthropic's breakpoints), ``GET /v1/models``. Serve ``.app`` with
-tests.servers.ThreadedUvicorn.
+tests.support.servers.ThreadedUvicorn.
 
 Usage fields, from the SDKs' types:
 - chat: ``usage.prompt_tokens`` (cached included), ``completion_tokens``, ``total_tokens``,

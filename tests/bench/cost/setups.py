@@ -21,11 +21,11 @@ from typing import Any
 import yaml
 
 from proxy.app import create_app
-from proxy.config import Settings, parse_settings
-from proxy.server import uvicorn_options
+from proxy.config.settings import Settings, parse_settings
+from proxy.server.run import uvicorn_options
 from tests.bench.cost.replay import Target
-from tests.servers import ThreadedUvicorn
-from tests.settle import settle
+from tests.support.servers import ThreadedUvicorn
+from tests.support.settle import settle
 
 REPO = Path(__file__).resolve().parents[3]
 CODING_AGENT_YAML = REPO / "config" / "examples" / "coding-agent.yaml"

@@ -14,8 +14,8 @@ import pytest
 from tests.bench.cost.caching import BreakpointCache, PrefixCache, TooManyBreakpoints, Usage
 from tests.bench.cost.prompts import Block
 from tests.bench.cost.provider import CLOCK_HEADER, OUTPUT_HEADER, CachingProvider
-from tests.sdk_clients import closed_after_test
-from tests.servers import ThreadedUvicorn
+from tests.support.sdk_clients import closed_after_test
+from tests.support.servers import ThreadedUvicorn
 
 # --- OpenAI: automatic prefix caching ------------------------------------------------------------
 

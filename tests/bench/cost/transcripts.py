@@ -13,7 +13,7 @@
 Sizes are drawn log-uniform in their range and then scaled together so the transcript ends at
 its planned size; the words are filler (the provider's answers do not depend on them). The pace:
 an agent asks every 20-60 s, a chat user every 1-3 min, and each transcript has a few pauses
-longer than a cache's 5 minutes. The generators are not proxy/evaluation/synthetic.py's: those
+longer than a cache's 5 minutes. The generators are not proxy/tools/evaluation/synthetic.py's: those
 plant probe answers in small tool outputs; cost needs realistic sizes and a clock instead.
 """
 

@@ -1,0 +1,147 @@
+"""Compaction as the app builds it and the route and the admin API use it.
+
+``Compactor`` puts the parts together (docs/architecture.md, "The request path"): the
+``Rewriter`` decides each request (``decide``: the one call the route makes), ``Summaries``
+makes summaries one at a time, ``AheadOfTime`` queues those due after an answer,
+``OverflowRescue`` plans the retry after an overflow, ``StoredCheckpoints`` reads what the store
+holds. The admin API's preview and forced compaction use the same parts
+(``conversation_of``, ``deepest_checkpoint``, ``plan``, ``summarize``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.compaction.ahead import AheadOfTime
+from proxy.compaction.background import BackgroundQueue
+from proxy.compaction.calibration import Calibration
+from proxy.compaction.conversation import Conversation, Conversations
+from proxy.compaction.decision import Decision, Incoming
+from proxy.compaction.model_info import ModelInfos
+from proxy.compaction.planning import plan_with
+from proxy.compaction.rescue import OverflowRescue
+from proxy.compaction.review import NoReview, PlanReview
+from proxy.compaction.rewriter import Rewriter
+from proxy.compaction.settings import CompactionSettings
+from proxy.compaction.stored import StoredCheckpoints
+from proxy.compaction.summaries import Summaries
+from proxy.compaction.summarizer import SummarizerFactory
+from proxy.compaction.translation import Translator
+from proxy.compaction.windows import ModelWindows
+from proxy.core.checkpoints import Checkpoint
+from proxy.core.planner import Plan, SummaryRequest
+from proxy.core.policy import PolicySettings
+from proxy.core.tokens import TokenCounter
+from proxy.errors import InvalidRequest
+from proxy.events import Listeners
+from proxy.state.conversations import Store
+from proxy.state.tenancy import Credentials, Tenancy
+
+
+class Compactor:
+    """The compaction of a proxy: built once by the app from its parts and settings."""
+
+    def __init__(
+        self,
+        settings: CompactionSettings,
+        *,
+        store: Store,
+        counter: TokenCounter,
+        summarizer_for: SummarizerFactory,
+        background: BackgroundQueue,
+        windows: ModelWindows,
+        calibration: Calibration,
+        listeners: Listeners | None = None,
+        review: PlanReview | None = None,
+        tenancy: Tenancy | None = None,
+    ) -> None:
+        listeners = listeners or Listeners()
+        tenancy = tenancy or store.tenancy  # the app's; a store built apart keys by its own
+        self.settings = settings
+        self.counter = counter
+        models = ModelInfos(windows, calibration)
+        self._conversations = Conversations(
+            tenancy=tenancy, calibration=calibration, models=models, facts=counter.facts
+        )
+        self._stored = StoredCheckpoints(store)
+        self._summaries = Summaries(
+            store=store,
+            stored=self._stored,
+            counter=counter,
+            summarizer_for=summarizer_for,
+            settings=settings.summarizer,
+            listeners=listeners,
+        )
+        self._rewriter = Rewriter(
+            settings,
+            tenancy=tenancy,
+            counter=counter,
+            conversations=self._conversations,
+            stored=self._stored,
+            summaries=self._summaries,
+            ahead=AheadOfTime(
+                background=background, summaries=self._summaries, listeners=listeners
+            ),
+            rescue=OverflowRescue(
+                stored=self._stored,
+                summaries=self._summaries,
+                models=models,
+                counter=counter,
+                listeners=listeners,
+            ),
+            models=models,
+            review=review or NoReview(),
+            listeners=listeners,
+        )
+
+    # --- the request path ---------------------------------------------------------------------
+
+    async def decide(self, incoming: Incoming) -> Decision:
+        """What to send for one request, and what to do after its answer (the route's one
+        call). Raises ProxyError (a 4xx) for a request no provider should see."""
+        return await self._rewriter.decide(incoming)
+
+    # --- primitives for the admin API (proxy/ops/admin/routes.py) -----------------------------
+
+    def conversation_of(
+        self,
+        tenant: str,
+        conversation_id: str,
+        body: dict[str, Any],
+        *,
+        policy_name: str,
+        policy: PolicySettings,
+        credentials: Credentials | None,
+        dialect: Translator,
+    ) -> Conversation:
+        """The conversation a posted body of ``dialect`` holds (its history validated as the
+        dialect does); reads no state."""
+        neutral = dialect.conversation(body)
+        if neutral is None:  # the provider holds this history: nothing here to compact
+            raise InvalidRequest(
+                f"'{dialect.history_field}' holds no history the proxy can compact",
+                param=dialect.history_field,
+            )
+        return self._conversations.build(
+            tenant, conversation_id, body, neutral, policy_name, policy, credentials=credentials
+        )
+
+    async def deepest_checkpoint(self, conv: Conversation) -> Checkpoint | None:
+        """The stored checkpoint deepest in this history (one store read)."""
+        return await self._stored.deepest(conv)
+
+    def plan(
+        self, conv: Conversation, checkpoint: Checkpoint | None, *, force: bool = False
+    ) -> Plan:
+        """What the conversation's policy sends with this checkpoint (``force``: a compaction
+        as hard as the rules allow, as for an overflow retry)."""
+        return plan_with(conv, checkpoint, counter=self.counter, force=force)
+
+    async def summarize(
+        self, conv: Conversation, current: Plan, wanted: SummaryRequest, *, mode: str
+    ) -> Checkpoint:
+        """Make and store the checkpoint ``wanted`` asks for, now, waiting for a summary in
+        progress elsewhere (``mode`` labels the metrics: ``admin``). Raises SummarizerError."""
+        return await self._summaries.summarize_now(
+            conv, wanted, current.applied_checkpoint, mode=mode
+        )

@@ -1,0 +1,58 @@
+"""The crossing between the route and compaction (issue 18): the route hands one ``Incoming`` to
+``Compactor.decide`` and gets one ``Decision``: the body to send, the headers to add to the
+answer, and a ``FollowUp`` with named steps for after the answer (docs/architecture.md, "The
+request path").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from proxy.compaction.translation import Translator
+from proxy.state.tenancy import Credentials
+from proxy.types import HeaderView, RawHeaders
+
+
+class BodySource(Protocol):
+    """The client's request body, read whole on first ``read()`` (limits enforced by the reader);
+    later calls return the same bytes. Compaction reads it only when it needs the body."""
+
+    async def read(self) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One request to a compacted route, as the route hands it to compaction."""
+
+    headers: HeaderView
+    body: BodySource
+    dialect: Translator  # translation only: parse, neutral conversation, render
+    credentials: Credentials  # the caller's, valid for the provider this request goes to
+    streamable: bool  # its body may go out unread (declared length within the limit)
+
+
+class FollowUp(Protocol):
+    """What compaction does with the provider's answer to a decision (an object with named
+    steps, not closures): the route's forwarder calls each at most once, except ``observe``
+    (once for an overflow answer, once more for the answer relayed)."""
+
+    def observe(self, status: int, headers: RawHeaders, tail: bytes) -> None:
+        """The provider's answer once it ended (or an overflow answer's error body), decoded."""
+
+    async def replacement(self) -> Decision | None:
+        """After a context-overflow answer: the decision to send instead (once), or None. The
+        replacement's own follow-up observes its answer; this one then passes its steps on."""
+
+    def answered(self) -> None:
+        """The answer (status < 400) was relayed: queue work due after it; must not block."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to send for one request, and what to do after the answer."""
+
+    body: bytes | None  # None: the client's body streams through unread
+    response_headers: RawHeaders = field(default_factory=list)  # added to the client's response
+    follow_up: FollowUp | None = None
+    streaming: bool = False  # the client asked for SSE (an overflow may show inside the stream)

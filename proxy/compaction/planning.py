@@ -1,0 +1,71 @@
+"""A conversation planned with a checkpoint: the core's planner, given what compaction knows.
+
+The rewriter, the overflow rescue and the admin API plan the same way: the checkpoint becomes
+the planner's prior summary, counted through the conversation's facts.
+"""
+
+from __future__ import annotations
+
+from proxy.compaction.conversation import Conversation
+from proxy.core.checkpoints import Checkpoint
+from proxy.core.planner import Plan, PriorSummary, plan
+from proxy.core.tokens import TokenCounter
+
+# The strategy recorded on a checkpoint summarized ahead of time, before any trigger fired.
+AHEAD = "summarize-ahead"
+
+
+def plan_with(
+    conv: Conversation,
+    checkpoint: Checkpoint | None,
+    *,
+    counter: TokenCounter,
+    force: bool = False,
+    budget: int = 0,
+) -> Plan:
+    """What the conversation's policy sends with ``checkpoint`` (``force``, ``budget``: a
+    compaction as hard as the rules allow, as for an overflow retry). Blocking: CPU work."""
+    prior = (
+        PriorSummary(
+            checkpoint.summary,
+            checkpoint.covered,
+            checkpoint.id,
+            # Only a first summary made ahead of time waits for its trigger to fire.
+            active=checkpoint.parent_id is not None or checkpoint.strategy != AHEAD,
+        )
+        if checkpoint is not None
+        else None
+    )
+    return plan(
+        conv.messages,
+        conv.policy,
+        model=conv.model,
+        counter=counter.with_facts(conv.facts),
+        model_info=conv.model_info,
+        prior=prior,
+        tools=conv.tools,
+        force=force,
+        budget_tokens=budget,
+    )
+
+
+def must_summarize_now(conv: Conversation, current: Plan) -> bool:
+    """inline mode: whenever a trigger fires; ahead mode: only when the request as it stands
+    would not fit the model's window (otherwise it goes out now and is summarized after)."""
+    if conv.policy.mode == "inline":
+        return True
+    window = conv.model_info.context_window if conv.model_info else None
+    return window is not None and current.tokens_after > window
+
+
+def outcome_of(current: Plan, *, pending: bool) -> str:
+    """What X-Compaction says when nothing failed: ``skipped`` only when nothing was due
+    (``pending``: a summary is queued for after the answer)."""
+    if current.changed:
+        return "applied"
+    if not current.fired:
+        return "skipped"
+    # A trigger fired: either its summary is being made after this response (ahead mode, the
+    # prompt still fits), or nothing can be cut (one message over the trigger, or a summary
+    # that would not be smaller than what it replaces).
+    return "pending" if pending else "blocked"

@@ -1,0 +1,41 @@
+"""What a planned request becomes on the wire: the body the provider receives and the
+``X-Compaction`` headers the client's answer carries, and the event that tells of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy import wirejson
+from proxy.compaction import protocol
+from proxy.compaction.conversation import Conversation
+from proxy.compaction.events import CompactionDecided
+from proxy.core.planner import Plan
+from proxy.types import RawHeaders
+
+OFF = CompactionDecided("off", "off")
+
+
+def decided(conv: Conversation, current: Plan, outcome: str) -> CompactionDecided:
+    return CompactionDecided(
+        conv.policy.strategy, outcome, current.tokens_before, current.tokens_after
+    )
+
+
+def render(
+    conv: Conversation,
+    current: Plan,
+    original: list[dict[str, Any]],
+    outcome: str,
+    *,
+    retried: bool = False,
+) -> tuple[bytes, RawHeaders]:
+    """(the body to send, the headers to add to the answer). ``original``: the messages as the
+    dialect read them: when the plan sends exactly those, the client's own bytes go out.
+    Blocking: encoding a big body is CPU work."""
+    if current.messages is original or conv.dialect is None:
+        body = conv.raw  # nothing changed: the client's bytes go out
+    else:
+        # Deterministic encoding, so the same plan is the same bytes (provider prompt caches).
+        body = wirejson.encode(conv.dialect.render(conv.body, current))
+    headers = protocol.response_headers(outcome, current, policy=conv.policy_name, retried=retried)
+    return body, headers

@@ -1,0 +1,215 @@
+"""One request's decision: decide -> plan -> render (docs/architecture.md, "The request path").
+
+    headers alone (X-Compaction: off, no conversation, a policy that is off) -> sent untouched
+    read the body -> parse (the dialect) -> policy -> neutral conversation -> conversation id
+    -> load state (one store read) -> plan with the checkpoint that applies
+    -> summarize inline if it must -> the plan reviewed (before_send hooks) -> render
+
+Everything here fails open: a store or summarizer failure leaves the request as good as the best
+state available (the previous checkpoint or the original messages), never a 5xx. Bad input is a
+400 before anything is stored or forwarded.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from proxy.compaction import protocol
+from proxy.compaction.ahead import AheadOfTime
+from proxy.compaction.conversation import Conversation, Conversations
+from proxy.compaction.decision import Decision, Incoming
+from proxy.compaction.follow_up import PlannedFollowUp
+from proxy.compaction.model_info import ModelInfos
+from proxy.compaction.offload import is_heavy, work
+from proxy.compaction.planning import must_summarize_now, outcome_of, plan_with
+from proxy.compaction.policies import choose_policy
+from proxy.compaction.render import OFF, decided, render
+from proxy.compaction.rescue import OverflowRescue
+from proxy.compaction.review import PlanReview
+from proxy.compaction.settings import CompactionSettings
+from proxy.compaction.stored import StoredCheckpoints
+from proxy.compaction.summaries import Summaries
+from proxy.compaction.translation import Neutral, Translator
+from proxy.core.checkpoints import Record
+from proxy.core.facts import FactLookup
+from proxy.core.planner import Plan
+from proxy.core.tokens import TokenCounter
+from proxy.errors import PayloadTooLarge, SummarizerError
+from proxy.events import Listeners
+from proxy.state.tenancy import Tenancy, credential_from_headers, resolve_conversation_id
+from proxy.types import HeaderView, RawHeaders
+
+logger = logging.getLogger("proxy.compaction")
+
+
+class Rewriter:
+    """Turns one request into its ``Decision``."""
+
+    def __init__(
+        self,
+        settings: CompactionSettings,
+        *,
+        tenancy: Tenancy,
+        counter: TokenCounter,
+        conversations: Conversations,
+        stored: StoredCheckpoints,
+        summaries: Summaries,
+        ahead: AheadOfTime,
+        rescue: OverflowRescue,
+        models: ModelInfos,
+        review: PlanReview,
+        listeners: Listeners,
+    ) -> None:
+        self._settings = settings
+        self._tenancy = tenancy
+        self._counter = counter
+        self._conversations = conversations
+        self._stored = stored
+        self._summaries = summaries
+        self._ahead = ahead
+        self._rescue = rescue
+        self._models = models
+        self._review = review
+        self._listeners = listeners
+
+    def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
+        """The response headers of a request the headers alone send through untouched, or None.
+        Such a request is never parsed: its bytes go out as they came (issue 9)."""
+        if protocol.switched_off(headers):
+            return self._off()
+        conversation = self._settings.conversation
+        if conversation.header not in headers and conversation.missing == "passthrough":
+            return self._off()  # not ours to look into: byte-identical
+        named = protocol.asked_policy(headers)
+        policies = self._settings.policies
+        if named in policies and policies[named].strategy == "off":
+            return self._off(named)
+        return None
+
+    async def decide(self, incoming: Incoming) -> Decision:
+        decided_headers = self.decided_by_headers(incoming.headers)
+        if decided_headers is not None:
+            body = None if incoming.streamable else await incoming.body.read()
+            return Decision(body=body, response_headers=decided_headers)
+        raw = await incoming.body.read()
+        # Each message's key is computed once per request; later looks find it by identity.
+        with self._counter.facts.request() as facts:
+            return await self._decide(incoming, raw, facts)
+
+    async def _decide(self, incoming: Incoming, raw: bytes, facts: FactLookup) -> Decision:
+        headers, dialect = incoming.headers, incoming.dialect
+        conversation = self._settings.conversation
+        tenant = self._tenancy.tenant(credential_from_headers(headers.values, conversation))
+        # Parsing, validation, planning and encoding are pure CPU: for a big body they run in a
+        # worker thread so that other clients' requests are not held up meanwhile (issue 9).
+        heavy = is_heavy(raw)
+        body = await work(heavy, dialect.parse, raw)
+        model = body.get("model") or ""
+        policy_name, policy = choose_policy(self._settings, headers, model=model, tenant=tenant)
+        if policy.strategy == "off":  # chosen by a route
+            return self._untouched(raw, policy_name)
+        neutral = await work(heavy, self._neutral_of, dialect, body, facts)
+        if neutral is None:  # the provider holds this history (e.g. previous_response_id)
+            return self._untouched(raw, policy_name)
+        messages = neutral.messages
+        conversation_id = resolve_conversation_id(
+            headers.values, messages, tenant=tenant, tenancy=self._tenancy, settings=conversation
+        )
+        if conversation_id is None:
+            return self._untouched(raw, policy_name)
+        # The caller's key, where the route says it is valid (an Anthropic key never goes to
+        # the OpenAI upstream's /models, nor to its summarizer).
+        credentials = incoming.credentials
+        self._models.windows.want(model, credentials, policy)  # never waits
+        conv = await work(  # strips incoming summaries: a pass over every message
+            heavy,
+            partial(
+                self._conversations.build,
+                tenant,
+                conversation_id,
+                body,
+                neutral,
+                policy_name,
+                policy,
+                credentials=credentials,
+                raw=raw,
+                heavy=heavy,
+                dialect=dialect,
+                facts=facts,
+            ),
+        )
+        record = await self._stored.record(conv)
+        pinned = protocol.pinned_checkpoint(headers)
+        current = await work(heavy, self._plan_applying, conv, record, pinned)
+        outcome = None
+        wanted = current.summary_request
+        if wanted is not None and current.fired and must_summarize_now(conv, current):
+            try:
+                made = await self._summaries.summarize_now(
+                    conv, wanted, current.applied_checkpoint, mode="inline"
+                )
+                current = await work(heavy, partial(plan_with, conv, made, counter=self._counter))
+            except SummarizerError as exc:
+                logger.warning("inline summary failed, forwarding the best state: %s", exc.message)
+                outcome = "failed"
+            wanted = current.summary_request
+        pending = None
+        if wanted is not None and current.near and policy.mode == "ahead":
+            fired = bool(current.fired)
+            pending = self._ahead.pending(conv, wanted, current.applied_checkpoint, fired=fired)
+        outcome = outcome or outcome_of(current, pending=pending is not None)
+        current = await self._review.before_send(conv, current)
+        self._listeners.emit(decided(conv, current, outcome))
+        sent, added = await work(heavy, partial(render, conv, current, messages, outcome))
+        follow_up = PlannedFollowUp(
+            conv,
+            current,
+            messages,
+            models=self._models,
+            listeners=self._listeners,
+            rescue=self._rescue,
+            pending=pending,
+        )
+        return Decision(
+            body=sent,
+            response_headers=added,
+            follow_up=follow_up,
+            streaming=body.get("stream") is True,
+        )
+
+    def _neutral_of(
+        self, dialect: Translator, body: dict[str, Any], facts: FactLookup
+    ) -> Neutral | None:
+        neutral = dialect.conversation(body, facts=facts)
+        if neutral is None:
+            return None
+        messages = neutral.messages
+        limit = self._settings.max_messages
+        if len(messages) > limit:
+            field = dialect.history_field  # counted in the core's messages
+            raise PayloadTooLarge(
+                f"'{field}' holds {len(messages)} messages; this proxy compacts at most {limit} "
+                "(server.max_messages)",
+                param=field,
+                code="too_many_messages",
+            )
+        return neutral
+
+    def _plan_applying(self, conv: Conversation, record: Record | None, pinned: str | None) -> Plan:
+        """The plan with the checkpoint to apply: the deepest, or the one the request pins
+        (``proxy.compaction.pinning``: applied even before a trigger fires, and read-only)."""
+        checkpoint = self._stored.to_apply(conv, record, pinned)
+        if pinned is None or checkpoint is None or checkpoint.id != pinned:
+            return plan_with(conv, checkpoint, counter=self._counter)
+        pinned_plan = plan_with(conv, replace(checkpoint, strategy="pinned"), counter=self._counter)
+        return replace(pinned_plan, summary_request=None)
+
+    def _untouched(self, raw: bytes, policy: str) -> Decision:
+        return Decision(body=raw, response_headers=self._off(policy))
+
+    def _off(self, policy: str | None = None) -> RawHeaders:
+        self._listeners.emit(OFF)
+        return protocol.response_headers("off", policy=policy)

@@ -1,0 +1,45 @@
+"""What compaction needs of a wire dialect: translation only.
+
+A dialect (``proxy.dialects``) parses its wire body, gives the conversation in the core's neutral
+model and renders a plan back. Compaction knows dialects through this protocol alone, so it
+imports none of them; where a request goes and with which credentials is the route's business,
+never compaction's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from proxy.core.facts import FactLookup
+from proxy.core.planner import Plan
+
+
+@dataclass(frozen=True)
+class Neutral:
+    """A request's conversation in the core's model."""
+
+    messages: list[dict[str, Any]]
+    tools: object = None  # tool schemas, counted as part of the prompt
+
+
+class Translator(Protocol):
+    """One wire dialect as compaction uses it (chat completions, Responses, Anthropic Messages)."""
+
+    name: str  # the route label of metrics, logs and hooks
+    history_field: str  # the body field holding the conversation, named in errors
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        """The parsed body; InvalidRequest when no request of this dialect could be valid."""
+        ...
+
+    def conversation(
+        self, body: dict[str, Any], *, facts: FactLookup | None = None
+    ) -> Neutral | None:
+        """The conversation to compact (validated through ``facts``); None when the provider
+        holds the history: forwarded unchanged, ``X-Compaction: off``."""
+        ...
+
+    def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
+        """The body to send for ``plan`` (made from ``conversation(body)``)."""
+        ...

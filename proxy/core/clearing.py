@@ -1,0 +1,44 @@
+"""``clear_tool_results``: old tool results replaced by a short stub before anything is decided
+(observation masking). The stub keeps the ``tool_call_id``, so call and result stay a pair."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.core.interactions import Grouping
+from proxy.core.policy import PolicySettings
+from proxy.core.tokens import TokenCounter
+
+CLEARED_STUB = "[tool result cleared to save context: {tokens} tokens]"
+
+
+def clear_tool_results(
+    source: list[dict[str, Any]],
+    counts: list[int],
+    grouping: Grouping,
+    policy: PolicySettings,
+    counter: TokenCounter,
+    model: str,
+) -> tuple[list[dict[str, Any]], list[int], tuple[int, ...]]:
+    """Stub results older than N interactions, or than N tool rounds (observation masking inside
+    one long task): a result is old when N complete rounds came after its own."""
+    settings = policy.clear_tool_results
+    older = settings.older_than_interactions
+    by_interaction = grouping.start_of(len(grouping) - older) if 0 < older < len(grouping) else 0
+    rounds = settings.older_than_rounds
+    ends = grouping.round_ends
+    by_round = ends[len(ends) - rounds - 1] if 0 < rounds < len(ends) else 0
+    # Results before this index are old by one measure or the other.
+    limit = max(by_interaction, by_round)
+    if not limit:
+        return source, counts, ()
+    working = list(source)
+    counts = list(counts)
+    cleared = []
+    for i in range(grouping.preamble_len, limit):
+        message = source[i]
+        if message.get("role") in ("tool", "function") and counts[i] > settings.min_tokens:
+            working[i] = {**message, "content": CLEARED_STUB.format(tokens=counts[i])}
+            counts[i] = counter.count_message(working[i], model)
+            cleared.append(i)
+    return working, counts, tuple(cleared)

@@ -1,0 +1,166 @@
+"""A plan: the exact messages to send for one request, what was measured on the way, and what a
+new summary must cover; rendered again once that summary exists (``Plan.with_summary``).
+
+The planner (``proxy.core.planner``) makes plans; dialects render them, the request path sends
+them. ``assemble`` puts the sent list together: head, the task message sent again, the verbatim
+part, then the hard budget (``cut_deeper``). Pure and synchronous.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from proxy.core.interactions import Grouping
+from proxy.core.keep import kept_tokens
+from proxy.core.policy import PolicySettings
+from proxy.core.summary_message import render_summary_message
+from proxy.core.tokens import TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class PriorSummary:
+    """A checkpoint the store matched: ``text`` stands for messages[preamble_len:covered] of the
+    cleaned incoming list; messages[:covered] is what its hash chain covers."""
+
+    text: str
+    covered: int
+    checkpoint_id: str | None = None
+    # Active: the conversation is already in its compacted state (this summary was made because
+    # a trigger fired, or it extends one that was), so it applies whether or not a trigger fires
+    # on this request. Without it, a trigger that fires on one request only (a tool outcome)
+    # would switch the summary on and off between requests, defeating the provider's cache.
+    active: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """What a new summary must cover: ``messages`` = source[start:covered], extending
+    ``previous`` (the prior summary's text) when there is one."""
+
+    messages: tuple[dict[str, Any], ...]
+    previous: str | None
+    start: int
+    covered: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanContext:
+    """What rendering needs again once a summary text exists."""
+
+    policy: PolicySettings
+    model: str
+    counter: TokenCounter
+    working: list[dict[str, Any]]
+    counts: list[int]
+    fixed_tokens: int  # reply priming + tools schemas
+    budget: int
+    summary_max_chars: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    messages: list[dict[str, Any]]  # the exact list to send
+    source: list[dict[str, Any]]  # the cleaned incoming list (what checkpoints index and hash)
+    strategy: str
+    fired: tuple[str, ...]  # hard triggers crossed: compaction is due now
+    near: tuple[str, ...]  # triggers past soft_fraction (includes fired): summarize ahead
+    tokens_before: int
+    tokens_after: int
+    applied_checkpoint: str | None
+    grouping: Grouping
+    interaction_tokens: tuple[int, ...]
+    cut: int  # source[preamble_len:cut] is not sent verbatim (summarized or dropped), but task
+    kept_from: int  # first source index sent verbatim after the preamble (>= cut: window)
+    cleared: tuple[int, ...]  # source indexes of tool results replaced by a stub
+    summary_request: SummaryRequest | None
+    summary_text: str | None = None
+    # The user message sent again right after the summary: the verbatim part starts inside its
+    # interaction (a cut between tool rounds), so the task itself is never summarized away.
+    task: int | None = None
+    _context: PlanContext | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def changed(self) -> bool:
+        """The sent list is not the (cleaned) incoming one."""
+        return self.messages is not self.source
+
+    @property
+    def blocked(self) -> bool:
+        """A trigger fired but nothing is cut and no summary can be asked for."""
+        return bool(self.fired) and not self.changed and self.summary_request is None
+
+    def with_summary(
+        self, text: str, covered: int | None = None, *, checkpoint_id: str | None = None
+    ) -> Plan:
+        """The plan once a new summary exists: preamble + summary + source[covered:], then the
+        window. ``covered`` defaults to the summary request's; it must be a safe cut."""
+        ctx = self._context
+        if ctx is None:
+            raise ValueError("this plan cannot be rendered again (strategy off)")
+        if covered is None:
+            if self.summary_request is None:
+                raise ValueError("covered is required when the plan asked for no summary")
+            covered = self.summary_request.covered
+        if not self.grouping.is_cut(covered):
+            raise ValueError(f"covered={covered} is not a safe cut point")
+        head = [
+            *ctx.working[: self.grouping.preamble_len],
+            render_summary_message(
+                text,
+                max_chars=ctx.summary_max_chars,
+                final_prompt=ctx.policy.summarizer.final_prompt,
+            ),
+        ]
+        messages, kept_from, task, tokens = assemble(ctx, self.grouping, head, covered)
+        return replace(
+            self,
+            messages=messages,
+            tokens_after=tokens,
+            kept_from=kept_from,
+            task=task,
+            cut=covered,
+            applied_checkpoint=checkpoint_id,
+            summary_request=None,
+            summary_text=text,
+        )
+
+
+def assemble(
+    ctx: PlanContext, grouping: Grouping, head: list[dict[str, Any]], cut: int
+) -> tuple[list[dict[str, Any]], int, int | None, int]:
+    """head + the task message (when ``cut`` falls inside its interaction) + working[cut:], then
+    the hard budget; returns (messages, kept_from, task, tokens)."""
+    head_tokens = sum(ctx.counter.per_message(head, ctx.model)) + ctx.fixed_tokens
+    start = cut
+    if ctx.budget and head_tokens + kept_tokens(grouping, ctx.counts, start) > ctx.budget:
+        # Drop the oldest kept rounds or interactions (at safe cuts) until it fits.
+        start = cut_deeper(grouping, ctx.counts, start, ctx.budget - head_tokens)
+    task = grouping.task_before(start)
+    tokens = head_tokens + kept_tokens(grouping, ctx.counts, start)
+    preamble = grouping.preamble_len
+    if start == preamble and len(head) == preamble:
+        return ctx.working, start, None, tokens  # nothing changed
+    again = [ctx.working[task]] if task is not None else []
+    return [*head, *again, *ctx.working[start:]], start, task, tokens
+
+
+def cut_deeper(grouping: Grouping, counts: list[int], cut: int, budget: int) -> int:
+    """The first cut point at or after ``cut`` whose verbatim part fits ``budget`` tokens, never
+    past ``grouping.last_cut()`` (the task message and the newest round always stay)."""
+    cuts = grouping.cuts
+    deepest = grouping.last_cut()
+    i = bisect_left(cuts, cut)
+    tail = sum(counts[cut:])
+    position = cut
+    while position < deepest and i < len(cuts):
+        task = grouping.task_before(position)
+        if tail + (counts[task] if task is not None else 0) <= budget:
+            break
+        if cuts[i] <= position:
+            i += 1
+            continue
+        tail -= sum(counts[position : cuts[i]])
+        position = cuts[i]
+    return position

@@ -1,0 +1,195 @@
+"""The proxy's ASGI endpoints under /v1: the compacted routes (one per dialect) and every other
+path (passed through). Raw ASGI on the hot path: no request/response objects.
+
+A compacted request crosses into compaction once: the route hands it over (``Incoming``) and
+gets back a ``Decision`` (the body to send, headers to add, what to do after the answer), which
+``forward()`` carries out (docs/architecture.md, "The request path").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from proxy.compaction.decision import Decision, Incoming
+from proxy.config.settings import ServerSettings, UpstreamSettings
+from proxy.dialects.base import Dialect
+from proxy.errors import PayloadTooLarge, ProxyError
+from proxy.events import Listeners
+from proxy.proxying.body import (
+    ClientBody,
+    body_too_large,
+    declared_length,
+    declared_within,
+    has_body,
+)
+from proxy.proxying.events import RequestFinished, RequestRead
+from proxy.proxying.forward import forward
+from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
+from proxy.proxying.targets import Target
+from proxy.server.abort import was_cut_off
+from proxy.server.access_log import Exchange
+from proxy.types import HeaderView, Receive, Scope, Send
+from proxy.upstream.base import UpstreamClient
+
+# A pass-through request: the client's body (if any) goes out as it comes, nothing added.
+PASS_THROUGH = Decision(body=None)
+
+
+class Compaction(Protocol):
+    """Compaction as the routes see it: one call per compacted request."""
+
+    async def decide(self, incoming: Incoming) -> Decision: ...
+
+
+@dataclass
+class Resources:
+    """What the routes share: their settings sections, compaction, the listeners of their
+    events, and the upstream client (created in the app's lifespan)."""
+
+    server: ServerSettings
+    upstream: UpstreamSettings
+    compaction: Compaction
+    listeners: Listeners
+    client: UpstreamClient | None = None
+
+    def upstream_client(self) -> UpstreamClient:
+        assert self.client is not None, "the upstream client is created in the lifespan"
+        return self.client
+
+
+class _Route:
+    """A proxied route: records its request in an ``Exchange`` (the access log writes it out)
+    and tells the listeners how it ended, however it ended."""
+
+    resources: Resources
+    label: str  # the route label of metrics and logs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        exchange = Exchange.begin(scope)
+        try:
+            await self._serve(scope, receive, send, exchange)
+        finally:
+            upstream_ms = exchange.upstream_ms if exchange.answered else None
+            self.resources.listeners.emit(
+                RequestFinished(
+                    route=self.label,
+                    status=exchange.status,
+                    upstream_seconds=None if upstream_ms is None else upstream_ms / 1000,
+                    cut_off=was_cut_off(),
+                )
+            )
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        raise NotImplementedError
+
+
+class CompactedRoute(_Route):
+    """``POST`` to a compacted route (one per dialect: chat completions, Responses, Anthropic
+    Messages): compaction decides what to send, ``forward()`` sends it and relays the answer.
+
+    When the provider answers that the context is too long, compaction may replace the request
+    once with a smaller one; the client sees only the second answer.
+    """
+
+    def __init__(self, resources: Resources, dialect: Dialect, target: Target) -> None:
+        self.resources = resources
+        self.dialect = dialect
+        self.target = target
+        self.label = dialect.name
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        res, dialect = self.resources, self.dialect
+        headers = HeaderView.of(scope["headers"])
+        target = self.target.resolve(headers)
+        limit = res.server.max_body_bytes
+        notice = NoticeDisconnect(receive)
+        body = ClientBody(receive, headers, limit=limit, exchange=exchange, after_read=notice.watch)
+        # Only the dialects whose bodies make transcripts are recorded, and only when asked.
+        recording = dialect.records and res.listeners.wants(RequestRead)
+        incoming = Incoming(
+            headers=headers,
+            body=body,
+            dialect=dialect,
+            credentials=target.caller_credentials(headers),
+            # A body compaction leaves alone streams through unread, unless it is recorded.
+            streamable=declared_within(headers, limit) and not recording,
+        )
+        try:
+            url = target.url(scope)
+            try:
+                if recording:
+                    res.listeners.emit(RequestRead(headers, await body.read(), dialect))
+                decision = await res.compaction.decide(incoming)
+            finally:
+                notice.stop()
+            if notice.gone:  # nothing sent for a client that has left (issue 17)
+                exchange.status = CLIENT_CLOSED
+                return
+        except ProxyError as error:
+            await send_error(send, error, exchange, body=dialect.error_body(error))
+            return
+        except ConnectionResetError:
+            exchange.status = CLIENT_CLOSED
+            return
+        if decision.body is None and body.was_read:
+            # Read already (compaction looked, and sends it as it came): it cannot stream again.
+            decision = replace(decision, body=await body.read())
+        await forward(
+            upstream=res.upstream_client(),
+            method="POST",
+            url=url,
+            # A body read whole goes out with the length the upstream client gives it.
+            headers=target.headers(headers, drop_content_length=decision.body is not None),
+            decision=decision,
+            receive=receive,
+            send=send,
+            exchange=exchange,
+            max_body_bytes=limit,
+            stream_hold_seconds=res.upstream.stream_hold_seconds,
+            route=dialect.name,
+            error_body=dialect.error_body,
+        )
+
+
+class PassThrough(_Route):
+    """Every other method and path under /v1: bodies streamed both ways, nothing changed.
+    ``target``: whose URL, auth and error shape (OpenAI's; Anthropic's for count_tokens, and for
+    any request carrying ``anthropic-version``: the anthropic SDK's models, files, batches)."""
+
+    def __init__(self, resources: Resources, target: Target) -> None:
+        self.resources = resources
+        self.target = target
+        self.label = "passthrough"
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        res = self.resources
+        headers = HeaderView.of(scope["headers"])
+        target = self.target.resolve(headers)
+        try:
+            url = target.url(scope)
+        except ProxyError as error:
+            await send_error(send, error, exchange, body=target.error_body(error))
+            return
+        limit = res.server.max_body_bytes
+        if declared_length(headers) > limit:
+            # Refused on the head alone: not one byte of it reaches the provider.
+            error: PayloadTooLarge = body_too_large(limit)
+            await send_error(
+                send, error, exchange, extra_headers=CLOSE, body=target.error_body(error)
+            )
+            return
+        await forward(
+            upstream=res.upstream_client(),
+            method=scope["method"],
+            url=url,
+            headers=target.headers(headers),
+            decision=PASS_THROUGH,
+            client_body=has_body(headers),
+            receive=receive,
+            send=send,
+            exchange=exchange,
+            max_body_bytes=limit,
+            route="passthrough",
+            error_body=target.error_body,
+        )

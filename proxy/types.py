@@ -1,0 +1,40 @@
+"""Types every layer shares: the ASGI callables, raw HTTP headers and a request's header view.
+
+``RawHeaders`` is the ASGI and upstream shape (lower-case names as bytes, in order, repeats
+kept). ``HeaderView`` reads them once per request into a ``str`` mapping: everything that asks
+"what did the client send in header X" asks the view, never the raw list again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.types import Message, Receive, Scope, Send
+
+__all__ = ["JSON", "HeaderView", "Message", "RawHeaders", "Receive", "Scope", "Send"]
+
+RawHeaders = list[tuple[bytes, bytes]]
+JSON = dict[str, Any]  # a parsed JSON object, as a request or response body holds it
+
+
+@dataclass(frozen=True)
+class HeaderView:
+    """A request's headers as received (``raw``) and read once into lower-cased names
+    (``values``; for a repeated header the last value wins, as the proxy always read them)."""
+
+    raw: RawHeaders
+    values: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, raw: RawHeaders) -> HeaderView:
+        values = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
+        return cls(raw=raw, values=values)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The value of header ``name`` (any case), or ``default``."""
+        return self.values.get(name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self.values

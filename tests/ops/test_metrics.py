@@ -1,0 +1,38 @@
+"""What /metrics shows after real traffic (issue 9)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from proxy.ops.metrics import Metrics
+from tests.support.clients import openai_client
+from tests.support.config import summarizing
+from tests.support.provider import SYSTEM, Provider, take_turn
+
+
+@pytest.mark.parametrize("mode", ["inline", "ahead"])
+def test_token_counters_are_whole_numbers(mock, start_proxy, mode: str) -> None:
+    Provider(mock)
+    server = start_proxy(summarizing(mock.url, mode=mode))
+    history = [SYSTEM]
+    for turn in range(16):
+        take_turn(openai_client(server), history, f"Step {turn}: edit src/m{turn}.py " + "x" * turn)
+    samples = [
+        line
+        for line in httpx.get(f"{server.url}/metrics").text.splitlines()
+        if "_tokens" in line and not line.startswith("#") and "_created" not in line
+    ]
+    assert len(samples) >= 4
+    for line in samples:
+        value = float(line.rsplit(" ", 1)[1])
+        assert value == int(value), line
+
+
+def test_a_scaled_token_count_is_shown_whole() -> None:
+    metrics = Metrics()
+    metrics.tokens_before.inc(7764.999992609024)  # e.g. a count calibrated by a usage ratio
+    metrics.summarizer_tokens.labels("input").inc(0.4)
+    text = metrics.render()[0].decode()
+    assert "proxy_prompt_tokens_before_total 7765.0" in text
+    assert 'proxy_summarizer_tokens_total{kind="input"} 0.0' in text

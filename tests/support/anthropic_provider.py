@@ -1,0 +1,182 @@
+"""A scripted Anthropic Messages provider for the dialect tests, served on its own port (the
+proxy's ``upstream.anthropic_base_url``), on top of MockUpstream.
+
+It reads requests with its own translation, written from Anthropic's API reference and never
+from the proxy's adapter, and refuses what the real API refuses: a first turn that is not the
+user's, a ``tool_result`` that does not answer a ``tool_use`` of the assistant turn just before
+it, a ``tool_use`` left unanswered by the next turn. A refusal is a 400 in Anthropic's shape, so
+a test that sees one knows the proxy sent something invalid.
+
+Replies: a user text with ``TOOL`` starts a run of tool rounds (each reply a signed ``thinking``
+block and one ``read_file`` call) that goes on until a tool result says ``LAST``; any other turn
+gets ``done: saw K messages``, streamed as Anthropic's SSE events when asked. Over
+``max_messages`` it answers Anthropic's overflow 400 ("prompt is too long: N tokens > M
+maximum").
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
+
+SUMMARY_OPEN = "<agent_summary>"
+
+
+def error(message: str, kind: str = "invalid_request_error", status: int = 400) -> Reply:
+    return json_reply({"type": "error", "error": {"type": kind, "message": message}}, status)
+
+
+def message(content: list[dict[str, Any]], *, model: str, stop: str = "end_turn") -> dict:
+    return {
+        "id": "msg_mock",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def sse_events(text: str, *, model: str) -> list[bytes | float]:
+    """A streamed text answer as Anthropic's event sequence."""
+    start = message([], model=model)
+    start["stop_reason"] = None
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+    ]
+    for piece in (text[:5], text[5:]):
+        delta = {"type": "text_delta", "text": piece}
+        events.append(
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+        )
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
+
+
+def blocks(content: object) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content) if isinstance(content, list) else []
+
+
+def problems(body: dict[str, Any]) -> list[str]:
+    """What the real API would refuse in this request's conversation."""
+    found = []
+    messages = body.get("messages") or []
+    if not messages or messages[0].get("role") != "user":
+        found.append("the first message must be the user's")
+    open_calls: set[str] = set()
+    for i, turn in enumerate(messages):
+        content = blocks(turn.get("content"))
+        results = {b["tool_use_id"] for b in content if b.get("type") == "tool_result"}
+        if turn.get("role") == "user":
+            if results - open_calls:
+                found.append(f"messages.{i}: tool_result without a tool_use just before it")
+            if open_calls - results:
+                found.append(f"messages.{i - 1}: tool_use without its tool_result")
+            open_calls = set()
+        else:
+            if open_calls:
+                found.append(f"messages.{i - 1}: tool_use without its tool_result")
+            open_calls = {b["id"] for b in content if b.get("type") == "tool_use"}
+    return found
+
+
+def system_texts(body: dict[str, Any]) -> list[str]:
+    system = body.get("system")
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [system]
+    return [b["text"] for b in system]
+
+
+def summaries_in(body: dict[str, Any]) -> list[str]:
+    """System texts that are summaries (the proxy's tag)."""
+    return [t for t in system_texts(body) if t.startswith(SUMMARY_OPEN)]
+
+
+class AnthropicProvider:
+    def __init__(self, mock: MockUpstream) -> None:
+        self.mock = mock
+        self.max_messages: int | None = None
+        self._calls = 0
+        self._lock = threading.Lock()
+        mock.default = self
+
+    def __call__(self, request: Received) -> Reply:
+        if request.path == "/v1/messages/count_tokens":
+            return json_reply({"input_tokens": len(request.body)})
+        if request.path != "/v1/messages" or request.method != "POST":
+            return error(f"{request.method} {request.path}: not found", "not_found_error", 404)
+        body = request.json()
+        refused = problems(body)
+        if refused:
+            return error("; ".join(refused))
+        messages = body["messages"]
+        model = body.get("model", "claude-mock")
+        if self.max_messages is not None and len(messages) > self.max_messages:
+            tokens = 1000 * len(messages)
+            return error(
+                f"prompt is too long: {tokens} tokens > {1000 * self.max_messages} maximum"
+            )
+        wanted = self._rounds_wanted(messages)
+        if wanted:
+            with self._lock:
+                self._calls += 1
+                n = self._calls
+            content = [
+                {
+                    "type": "thinking",
+                    "thinking": f"round {n}: read a file",
+                    "signature": f"sig-{n}",
+                },
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{n}",
+                    "name": "read_file",
+                    "input": {"path": f"src/f{n}.py", "limits": {"lines": 40}},
+                },
+            ]
+            return json_reply(message(content, model=model, stop="tool_use"))
+        text = f"done: saw {len(messages)} messages"
+        if body.get("stream"):
+            return sse_reply(sse_events(text, model=model))
+        return json_reply(message([{"type": "text", "text": text}], model=model))
+
+    @staticmethod
+    def _rounds_wanted(messages: list[dict[str, Any]]) -> bool:
+        """Another tool round: the last turn is a user text asking for tools, or tool results
+        none of which says it was the ``LAST`` (the client decides when its run ends)."""
+        content = blocks(messages[-1].get("content"))
+        results = [b for b in content if b.get("type") == "tool_result"]
+        if results:
+            return "LAST" not in json.dumps(results)
+        return any(b.get("type") == "text" and "TOOL" in b["text"] for b in content)
+
+    def requests(self) -> list[dict[str, Any]]:
+        return [r.json() for r in self.mock.received if r.path == "/v1/messages"]

@@ -1,0 +1,261 @@
+"""The shape of proxy/ (issue 18, docs/architecture.md): imports run one way with no cycle, each
+folder imports only what its allow-list names, nothing but the composition root imports ops, and
+no module grows past 400 lines.
+
+The import graph is read from the source with ``ast``: every ``import`` and ``from ... import``,
+inside functions and ``if TYPE_CHECKING:`` blocks too (a type-only import is still a dependency,
+and still a cycle). An edge goes to the most precise module named: ``from proxy.core import
+facts`` and ``from proxy.core.facts import FactCache`` are both edges to proxy.core.facts. Each
+failure lists every violation with the importing file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import REPO_ROOT
+
+# A module's layer: its folder under proxy/ (core, state, ...) or, at the top, its own name
+# (errors, types, app, ...). What each layer may import besides itself and the root package; a
+# layer not named here (config, events, ops, tools, app, cli) is held by the other rules only.
+CONTRACT = {"errors", "types", "wirejson"}  # the shared leaves, which import only one another
+ROUTE_SIDE_NEVER = {"ops", "tools", "app", "cli", "__main__"}
+ALLOWED: dict[str, set[str] | None] = {
+    "core": CONTRACT,
+    "state": {"core", "config", "events", *CONTRACT},
+    "upstream": {"config", "errors", "types"},
+    "compaction": {"state", "core", "config", "upstream", "events", *CONTRACT},
+    "dialects": {"compaction", "core", *CONTRACT},
+    "errors": CONTRACT,
+    "types": CONTRACT,
+    "wirejson": CONTRACT,
+    "proxying": None,  # None: every layer but ROUTE_SIDE_NEVER
+    "server": None,
+}
+# Who may import proxy.ops: the composition root and ops itself (everyone else hears events).
+OPS_IMPORTERS = {"ops", "app", "cli", "__main__"}
+MAX_LINES = 400
+# Modules allowed past MAX_LINES, each with its reason (none today: keep it so).
+LONG_MODULES: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # the importing module
+    target: str  # the imported module
+    file: str  # the importing file, from the repository's root
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.source} -> {self.target} ({self.file}:{self.line})"
+
+
+class ImportGraph:
+    """The modules of the package at ``root`` and the imports between them."""
+
+    def __init__(self, root: Path) -> None:
+        self.base = root.parent
+        self.files: dict[str, Path] = {}
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(self.base).with_suffix("").parts
+            self.files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+        found: dict[tuple[str, str], Import] = {}
+        for module in self.files:
+            for edge in self._imports_of(module):
+                found.setdefault((edge.source, edge.target), edge)
+        self.edges = list(found.values())
+
+    def known(self, name: str) -> str | None:
+        """The longest prefix of ``name`` that is a module of the package (None: not ours)."""
+        parts = name.split(".")
+        while parts and ".".join(parts) not in self.files:
+            parts.pop()
+        return ".".join(parts) or None
+
+    def file_of(self, module: str) -> str:
+        return self.files[module].relative_to(self.base).as_posix()
+
+    def lines_of(self, module: str) -> int:
+        return len(self.files[module].read_text(encoding="utf-8").splitlines())
+
+    def _imports_of(self, module: str) -> list[Import]:
+        path = self.files[module]
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        found = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: up level - 1 packages from this one
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                # ``from a import b`` imports the module a.b when there is one, else a.
+                names = [self._submodule(base, alias.name) for alias in node.names]
+            else:
+                continue
+            for name in names:
+                target = self.known(name)
+                if target is not None and target != module:
+                    found.append(Import(module, target, self.file_of(module), node.lineno))
+        return found
+
+    def _submodule(self, base: str, name: str) -> str:
+        candidate = f"{base}.{name}"
+        return candidate if candidate in self.files else base
+
+    def edge(self, source: str, target: str) -> Import | None:
+        return next((e for e in self.edges if (e.source, e.target) == (source, target)), None)
+
+    def cycles(self) -> list[list[str]]:
+        """One cycle (a path a -> ... -> a) for each strongly connected group of modules."""
+        following: dict[str, list[str]] = {m: [] for m in self.files}
+        for edge in self.edges:
+            following[edge.source].append(edge.target)
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        groups: list[list[str]] = []
+
+        def visit(module: str) -> None:  # Tarjan's strongly connected components
+            index[module] = low[module] = len(index)
+            stack.append(module)
+            for target in following[module]:
+                if target not in index:
+                    visit(target)
+                    low[module] = min(low[module], low[target])
+                elif target in stack:
+                    low[module] = min(low[module], index[target])
+            if low[module] == index[module]:
+                group = stack[stack.index(module) :]
+                del stack[stack.index(module) :]
+                if len(group) > 1:
+                    groups.append(sorted(group))
+
+        for module in self.files:
+            if module not in index:
+                visit(module)
+        return [shortest_cycle(group, following) for group in groups]
+
+
+def shortest_cycle(group: list[str], following: dict[str, list[str]]) -> list[str]:
+    """The shortest cycle through the group's first module (breadth first, inside the group)."""
+    start, members = group[0], set(group)
+    came_from: dict[str, str | None] = {start: None}
+    frontier = [start]
+    while frontier:
+        reached = []
+        for module in frontier:
+            for target in following[module]:
+                if target == start:
+                    path = [module]
+                    while (before := came_from[path[-1]]) is not None:
+                        path.append(before)
+                    return [*reversed(path), start]
+                if target in members and target not in came_from:
+                    came_from[target] = module
+                    reached.append(target)
+        frontier = reached
+    return [*group, start]  # not reached: a strongly connected group always has a cycle
+
+
+GRAPH = ImportGraph(REPO_ROOT / "proxy")
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""  # "": the root package, open to every layer
+
+
+def allowed(source_layer: str) -> set[str] | None:
+    """The layers ``source_layer`` may import (itself included); None: no allow-list holds it."""
+    if source_layer not in ALLOWED:
+        return None
+    listed = ALLOWED[source_layer]
+    if listed is None:
+        listed = {layer(m) for m in GRAPH.files} - ROUTE_SIDE_NEVER
+    return {source_layer, "", *listed}
+
+
+def report(title: str, lines: list[str]) -> str:
+    return f"{title} ({len(lines)}):\n  " + "\n  ".join(lines)
+
+
+def test_the_walker_finds_every_kind_of_import(tmp_path: Path) -> None:
+    """On a package made for it: plain, from, relative, function-level and type-only imports,
+    and a cycle through a TYPE_CHECKING block."""
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    sources = {
+        "__init__.py": "",
+        "a.py": "import pkg.b\nfrom pkg.sub import c\n",
+        "b.py": "def f():\n    from .sub.c import thing\n",
+        "sub/__init__.py": "from . import c\n",
+        "sub/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n",
+    }
+    for name, text in sources.items():
+        (root / name).write_text(text)
+    graph = ImportGraph(root)
+    edges = {(e.source, e.target) for e in graph.edges}
+    assert edges == {
+        ("pkg.a", "pkg.b"),
+        ("pkg.a", "pkg.sub.c"),
+        ("pkg.b", "pkg.sub.c"),
+        ("pkg.sub", "pkg.sub.c"),
+        ("pkg.sub.c", "pkg.a"),
+    }
+    assert graph.cycles() == [["pkg.a", "pkg.sub.c", "pkg.a"]]
+    assert GRAPH.edge("proxy.core.planner", "proxy.core.interactions") is not None
+
+
+def test_no_import_cycles() -> None:
+    found = GRAPH.cycles()
+    lines = []
+    for path in found:
+        steps = [GRAPH.edge(a, b) for a, b in itertools.pairwise(path)]
+        lines.append(
+            " -> ".join(path) + "  [" + ", ".join(f"{s.file}:{s.line}" for s in steps if s) + "]"
+        )
+    assert not found, report("import cycles", lines)
+
+
+@pytest.mark.parametrize("source", sorted(ALLOWED))
+def test_each_layer_imports_only_its_allow_list(source: str) -> None:
+    may = allowed(source)
+    assert may is not None
+    wrong = [
+        f"{edge}: {source} may not import {layer(edge.target)}"
+        for edge in GRAPH.edges
+        if layer(edge.source) == source and layer(edge.target) not in may
+    ]
+    assert not wrong, report(f"imports of {source} outside its allow-list", sorted(wrong))
+
+
+def test_only_the_composition_root_imports_ops() -> None:
+    wrong = [
+        str(edge)
+        for edge in GRAPH.edges
+        if layer(edge.target) == "ops" and layer(edge.source) not in OPS_IMPORTERS
+    ]
+    assert not wrong, report("imports of proxy.ops outside app, cli and ops", sorted(wrong))
+
+
+def test_no_module_is_longer_than_400_lines() -> None:
+    long = [
+        f"{GRAPH.file_of(module)}: {GRAPH.lines_of(module)} lines"
+        for module in GRAPH.files
+        if GRAPH.lines_of(module) > MAX_LINES and GRAPH.file_of(module) not in LONG_MODULES
+    ]
+    assert not long, report(f"modules over {MAX_LINES} lines", sorted(long))
+
+
+def test_every_long_module_exception_is_still_needed() -> None:
+    """An exception for a module that shrank, moved or went away is stale: remove it."""
+    sizes = {GRAPH.file_of(m): GRAPH.lines_of(m) for m in GRAPH.files}
+    stale = [name for name in LONG_MODULES if sizes.get(name, 0) <= MAX_LINES]
+    assert not stale, report("LONG_MODULES entries no longer needed", stale)
