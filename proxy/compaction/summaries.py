@@ -21,6 +21,7 @@ from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryFailed, SummaryMade, SummaryStored
 from proxy.compaction.offload import work
 from proxy.compaction.planning import AHEAD
+from proxy.compaction.spending import Spending
 from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summarizer import SummarizerFactory
 from proxy.config.settings import SummarizerSettings
@@ -47,6 +48,7 @@ class Summaries:
         summarizer_for: SummarizerFactory,
         settings: SummarizerSettings,
         listeners: Listeners,
+        spending: Spending | None = None,
     ) -> None:
         self._store = store
         self._stored = stored
@@ -54,6 +56,7 @@ class Summaries:
         self._summarizer_for = summarizer_for
         self._settings = settings
         self._listeners = listeners
+        self._spending = spending
 
     async def summarize_now(
         self, conv: Conversation, wanted: SummaryRequest, parent_id: str | None, *, mode: str
@@ -152,6 +155,10 @@ class Summaries:
             conv.heavy, counter.count_messages, list(wanted.messages), conv.model
         )
         self._listeners.emit(SummaryMade(mode, seconds, input_tokens, summary_tokens))
+        if self._spending is not None:
+            self._spending.summary_made(
+                conv, own.model, input_tokens=input_tokens, output_tokens=summary_tokens
+            )
         return await work(
             conv.heavy,
             partial(
