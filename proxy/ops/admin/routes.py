@@ -5,10 +5,11 @@ store, ``corrections``, ``compacting``) and answers (``responses``); nothing els
 
 - ``GET /admin/conversations?limit=&cursor=``: the tenant's conversations, most recently used
   first, from the store's listing index.
-- ``GET`` / ``DELETE /admin/conversations/{id}``: a conversation's checkpoints and ledger;
-  forget it (both).
+- ``GET`` / ``DELETE /admin/conversations/{id}``: a conversation's checkpoints; forget it
+  (its ledger too).
 - ``GET /admin/conversations/{id}/ledger``: what the conversation cost and saved (issue 19),
-  kept from its first answered request on, summarized or not.
+  kept from its first answered request on, summarized or not (apart from the checkpoints, whose
+  view a request must not change).
 - ``GET /admin/conversations/{id}/checkpoints/{cid}``: one checkpoint.
 - ``PUT /admin/conversations/{id}/summary``: a corrected text for the current summary;
   ``PATCH`` may name the checkpoint to correct (``"checkpoint"``).
@@ -133,12 +134,10 @@ def admin_routes(
         )
 
     async def show(request: Request, tenant: str) -> Response:
-        cid = _conversation_id(request)
-        record = await store.inspect(tenant, cid)
+        record = await store.inspect(tenant, _conversation_id(request))
         if record is None:
             return error_response(NotFound("no such conversation", code="not_found"))
-        ledger = ledger_view(await store.ledgers.inspect(tenant, cid))
-        return AdminJSON({"tenant": tenant, **describe_record(record), "ledger": ledger})
+        return AdminJSON({"tenant": tenant, **describe_record(record)})
 
     async def show_ledger(request: Request, tenant: str) -> Response:
         cid = _conversation_id(request)
