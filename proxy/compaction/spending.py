@@ -129,13 +129,10 @@ class Spending:
 
         self._start(record)
 
-    def summary_made(
-        self, conv: Conversation, model: str, *, input_tokens: int, output_tokens: int
-    ) -> None:
-        """Price one summary at ``model``'s price and add it to the conversation's ledger.
-        The tokens are the proxy's counts of what it sent and got: billed uncached."""
+    def summary_made(self, conv: Conversation, model: str, usage: BilledUsage) -> None:
+        """Price one summary (``usage``: all its calls) at ``model``'s price and add it to the
+        conversation's ledger."""
         price = self._prices.price(model)
-        usage = BilledUsage(input_tokens, 0, 0, output_tokens)
         self._listeners.emit(SummaryPriced(conv.policy_name, price.cost(usage)))
 
         def edit(entry: Entry | None) -> Entry:

@@ -29,6 +29,7 @@ from proxy.core.checkpoints import Checkpoint
 from proxy.core.planner import SummaryRequest
 from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter
+from proxy.economics.usage import BilledUsage
 from proxy.errors import SummarizerError
 from proxy.events import Listeners
 from proxy.state.conversations import Store
@@ -131,9 +132,10 @@ class Summaries:
         """The summarizer's text for ``wanted``, as a new checkpoint (not stored yet)."""
         own = self._settings.for_policy(conv.policy, request_model=conv.model)
         started = time.perf_counter()
+        summarizer = self._summarizer_for(conv.credentials, own)
         try:
             text = await asyncio.wait_for(
-                self._summarizer_for(conv.credentials, own).summarize(
+                summarizer.summarize(
                     wanted.messages,
                     previous=wanted.previous,
                     model=own.model,
@@ -156,9 +158,12 @@ class Summaries:
         )
         self._listeners.emit(SummaryMade(mode, seconds, input_tokens, summary_tokens))
         if self._spending is not None:
-            self._spending.summary_made(
-                conv, own.model, input_tokens=input_tokens, output_tokens=summary_tokens
-            )
+            # What its calls' answers said they cost; a summarizer that does not tell (a test's
+            # fake): the proxy's counts, billed uncached.
+            billed = getattr(summarizer, "billed", None)
+            if not isinstance(billed, BilledUsage):
+                billed = BilledUsage(input_tokens, 0, 0, summary_tokens)
+            self._spending.summary_made(conv, own.model, billed)
         return await work(
             conv.heavy,
             partial(

@@ -75,7 +75,9 @@ class CachingChat(ChatScript):
 
     def chat(self, body: dict[str, Any]) -> Reply:
         if body.get("model") == SUMMARIZER_MODEL:
-            return json_reply(completion("The user asked numbered questions.", model=MODEL))
+            summary = completion("The user asked numbered questions.", model=SUMMARIZER_MODEL)
+            usage = {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320}
+            return json_reply({**summary, "usage": usage})
         usage = {
             "prompt_tokens": PROMPT,
             "completion_tokens": OUTPUT,
@@ -207,7 +209,10 @@ def test_chat_turns_fill_the_ledger_and_metrics(chat: CachingChat, serve) -> Non
     assert ledger["cached_tokens"] == 6 * CACHED
     assert ledger["output_tokens"] == 6 * OUTPUT
     assert ledger["spent"] == pytest.approx(6 * CHAT_DOLLARS)
-    assert ledger["summaries"] >= 1 and ledger["summarizer_spent"] > 0
+    summaries = ledger["summaries"]
+    assert summaries >= 1  # priced from the summarizer's own usage, at its configured price
+    assert ledger["summarizer_input_tokens"] == 300 * summaries
+    assert ledger["summarizer_spent"] == pytest.approx(summaries * (300 * 1.0 + 20 * 4.0) / 1e6)
     # Compacted requests stand for a longer history than they sent.
     assert ledger["full_prompt_tokens"] > ledger["prompt_tokens"]
     assert ledger["saved"] == pytest.approx(
