@@ -1,4 +1,5 @@
-"""What compaction costs and saves, in dollars (issue 19): pure, no I/O, nothing calls it yet.
+"""What compaction costs and saves, in dollars (issue 19): pure, no I/O. Compaction uses it
+(``proxy.compaction.spending``: each answer priced into the conversation's ledger).
 
 - ``prices``: dollars per million tokens by model (a dated built-in table, the user's
   ``pricing:`` overrides, a default for the rest);
