@@ -26,6 +26,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
 from proxy.dialects.responses import RESPONSES
+from proxy.economics.prices import PriceTable
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
 from proxy.events import Listeners
 from proxy.ops.admin.routes import admin_app
@@ -110,6 +111,7 @@ def create_app(
         listeners=listeners,
         review=hooks,
         tenancy=tenancy,
+        prices=PriceTable(settings.pricing),
     )
     recorder = Recorder.from_settings(
         settings.record, conversation_header=settings.conversation.header
@@ -144,6 +146,8 @@ def create_app(
                 await probe
             await windows.aclose()
             await background.aclose(settings.server.shutdown_grace_seconds)
+            with contextlib.suppress(TimeoutError):  # the ledger writes of the last answers
+                await asyncio.wait_for(compactor.spending.join(), timeout=5)
             await hooks.aclose(settings.server.shutdown_grace_seconds)
             client, resources.client = resources.client, None
             if client is not None:

@@ -23,6 +23,7 @@ from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import NoReview, PlanReview
 from proxy.compaction.rewriter import Rewriter
 from proxy.compaction.settings import CompactionSettings
+from proxy.compaction.spending import Spending
 from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summaries import Summaries
 from proxy.compaction.summarizer import SummarizerFactory
@@ -32,6 +33,7 @@ from proxy.core.checkpoints import Checkpoint
 from proxy.core.planner import Plan, SummaryRequest
 from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
+from proxy.economics.prices import PriceTable
 from proxy.errors import InvalidRequest
 from proxy.events import Listeners
 from proxy.state.conversations import Store
@@ -54,6 +56,7 @@ class Compactor:
         listeners: Listeners | None = None,
         review: PlanReview | None = None,
         tenancy: Tenancy | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         listeners = listeners or Listeners()
         tenancy = tenancy or store.tenancy  # the app's; a store built apart keys by its own
@@ -64,6 +67,10 @@ class Compactor:
             tenancy=tenancy, calibration=calibration, models=models, facts=counter.facts
         )
         self._stored = StoredCheckpoints(store)
+        # Each answer and summary priced into the conversation's ledger (issue 19).
+        self.spending = Spending(
+            prices=prices or PriceTable(), ledgers=store.ledgers, listeners=listeners
+        )
         self._summaries = Summaries(
             store=store,
             stored=self._stored,
@@ -71,6 +78,7 @@ class Compactor:
             summarizer_for=summarizer_for,
             settings=settings.summarizer,
             listeners=listeners,
+            spending=self.spending,
         )
         self._rewriter = Rewriter(
             settings,
@@ -92,6 +100,7 @@ class Compactor:
             models=models,
             review=review or NoReview(),
             listeners=listeners,
+            spending=self.spending,
         )
 
     # --- the request path ---------------------------------------------------------------------

@@ -89,3 +89,26 @@ class CalibrationSampled:
     """A response's usage was folded into a model's token factor (``used``) or not (``ignored``)."""
 
     outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPriced:
+    """One answered request priced from the provider's usage (``proxy.compaction.spending``):
+    dollars billed and what sending the client's full history direct would have cost."""
+
+    policy: str
+    priced: bool  # the model had a price (an unpriced one counts $0)
+    spent: float  # dollars
+    direct: float  # dollars, the counterfactual (docs/cost.md)
+    prompt_tokens: int
+    cached_tokens: int  # read from the provider's prompt cache
+    cache_write_tokens: int  # written to it
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryPriced:
+    """A summarizer call priced at the summarizer model's price (dollars)."""
+
+    policy: str
+    dollars: float

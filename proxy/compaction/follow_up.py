@@ -2,7 +2,8 @@
 ``proxy.compaction.decision.FollowUp`` of every planned decision.
 
 Three named steps, each called by the route's forwarder: ``observe`` learns from the answer (a
-window from an overflow answer, a token factor from a successful one's usage), ``replacement``
+window from an overflow answer, a token factor from a successful one's usage) and prices it into
+the conversation's ledger (``proxy.compaction.spending``), ``replacement``
 plans the one retry after an overflow (``proxy.compaction.rescue``), ``answered`` queues the
 summary due ahead of time (``proxy.compaction.ahead``). Once a replacement was sent, its own
 follow-up takes over: what this one is then told goes to it.
@@ -20,6 +21,7 @@ from proxy.compaction.model_info import ModelInfos
 from proxy.compaction.offload import work
 from proxy.compaction.render import decided, render
 from proxy.compaction.rescue import OverflowRescue
+from proxy.compaction.spending import Spending, read_usage
 from proxy.core.planner import Plan
 from proxy.events import Listeners
 from proxy.types import RawHeaders
@@ -38,6 +40,7 @@ class PlannedFollowUp:
         listeners: Listeners,
         rescue: OverflowRescue | None = None,
         pending: PendingSummary | None = None,
+        spending: Spending | None = None,
     ) -> None:
         self._conv = conv
         self._sent = sent
@@ -46,6 +49,7 @@ class PlannedFollowUp:
         self._listeners = listeners
         self._rescue = rescue  # None once tried, and for a replacement itself
         self._pending = pending
+        self._spending = spending
         self._replaced: PlannedFollowUp | None = None
 
     def observe(self, status: int, headers: RawHeaders, tail: bytes) -> None:
@@ -55,6 +59,10 @@ class PlannedFollowUp:
         self._models.learn(
             self._conv.model, counted=self._sent.tokens_after, status=status, body=tail
         )
+        if status == 200 and self._spending is not None:
+            usage = read_usage(self._conv.route, tail)
+            if usage is not None:
+                self._spending.answered(self._conv, self._sent, usage)
 
     async def replacement(self) -> Decision | None:
         rescue, self._rescue = self._rescue, None
@@ -70,7 +78,12 @@ class PlannedFollowUp:
             partial(render, conv, harder, self._original, rescued.outcome, retried=True),
         )
         self._replaced = PlannedFollowUp(
-            conv, harder, self._original, models=self._models, listeners=self._listeners
+            conv,
+            harder,
+            self._original,
+            models=self._models,
+            listeners=self._listeners,
+            spending=self._spending,
         )
         return Decision(body=body, response_headers=headers, follow_up=self._replaced)
 

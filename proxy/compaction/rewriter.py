@@ -30,6 +30,7 @@ from proxy.compaction.render import OFF, decided, render
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import PlanReview
 from proxy.compaction.settings import CompactionSettings
+from proxy.compaction.spending import Spending
 from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summaries import Summaries
 from proxy.compaction.translation import Neutral, Translator
@@ -62,6 +63,7 @@ class Rewriter:
         models: ModelInfos,
         review: PlanReview,
         listeners: Listeners,
+        spending: Spending | None = None,
     ) -> None:
         self._settings = settings
         self._tenancy = tenancy
@@ -74,6 +76,7 @@ class Rewriter:
         self._models = models
         self._review = review
         self._listeners = listeners
+        self._spending = spending
 
     def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
         """The response headers of a request the headers alone send through untouched, or None.
@@ -172,6 +175,7 @@ class Rewriter:
             listeners=self._listeners,
             rescue=self._rescue,
             pending=pending,
+            spending=self._spending,
         )
         return Decision(
             body=sent,

@@ -21,6 +21,7 @@ from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryFailed, SummaryMade, SummaryStored
 from proxy.compaction.offload import work
 from proxy.compaction.planning import AHEAD
+from proxy.compaction.spending import Spending
 from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summarizer import SummarizerFactory
 from proxy.config.settings import SummarizerSettings
@@ -28,6 +29,7 @@ from proxy.core.checkpoints import Checkpoint
 from proxy.core.planner import SummaryRequest
 from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter
+from proxy.economics.usage import BilledUsage
 from proxy.errors import SummarizerError
 from proxy.events import Listeners
 from proxy.state.conversations import Store
@@ -47,6 +49,7 @@ class Summaries:
         summarizer_for: SummarizerFactory,
         settings: SummarizerSettings,
         listeners: Listeners,
+        spending: Spending | None = None,
     ) -> None:
         self._store = store
         self._stored = stored
@@ -54,6 +57,7 @@ class Summaries:
         self._summarizer_for = summarizer_for
         self._settings = settings
         self._listeners = listeners
+        self._spending = spending
 
     async def summarize_now(
         self, conv: Conversation, wanted: SummaryRequest, parent_id: str | None, *, mode: str
@@ -128,9 +132,10 @@ class Summaries:
         """The summarizer's text for ``wanted``, as a new checkpoint (not stored yet)."""
         own = self._settings.for_policy(conv.policy, request_model=conv.model)
         started = time.perf_counter()
+        summarizer = self._summarizer_for(conv.credentials, own)
         try:
             text = await asyncio.wait_for(
-                self._summarizer_for(conv.credentials, own).summarize(
+                summarizer.summarize(
                     wanted.messages,
                     previous=wanted.previous,
                     model=own.model,
@@ -152,6 +157,13 @@ class Summaries:
             conv.heavy, counter.count_messages, list(wanted.messages), conv.model
         )
         self._listeners.emit(SummaryMade(mode, seconds, input_tokens, summary_tokens))
+        if self._spending is not None:
+            # What its calls' answers said they cost; a summarizer that does not tell (a test's
+            # fake): the proxy's counts, billed uncached.
+            billed = getattr(summarizer, "billed", None)
+            if not isinstance(billed, BilledUsage):
+                billed = BilledUsage(input_tokens, 0, 0, summary_tokens)
+            self._spending.summary_made(conv, own.model, billed)
         return await work(
             conv.heavy,
             partial(

@@ -50,6 +50,7 @@ from proxy.core.summary_message import (
 )
 from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter, lookup_model
+from proxy.economics.usage import BilledUsage, billed_usage
 from proxy.errors import SummarizerError
 from proxy.events import Listeners
 
@@ -115,7 +116,8 @@ class SummarizerFactory(Protocol):
 
 
 class OpenAISummarizer:
-    """Summaries from an OpenAI-compatible chat completions endpoint."""
+    """Summaries from an OpenAI-compatible chat completions endpoint. One is made per summary
+    (``summarizer_factory``): ``billed`` sums what its calls' answers say they cost (issue 19)."""
 
     def __init__(
         self,
@@ -135,6 +137,7 @@ class OpenAISummarizer:
         self._counter = counter
         self._new_delimiter = new_delimiter
         self._listeners = listeners or Listeners()
+        self.billed: BilledUsage | None = None  # None: no call reported its usage
 
     async def summarize(
         self,
@@ -234,6 +237,7 @@ class OpenAISummarizer:
         }
         limit = max(MIN_RESPONSE_BYTES, 6 * BYTES_PER_TOKEN * summary_token_cap(max_tokens))
         raw = await self._post(body, limit)
+        self._bill(billed_usage(raw, "chat"))
         try:
             choice = json.loads(raw)["choices"][0]
             message = choice["message"]
@@ -250,6 +254,17 @@ class OpenAISummarizer:
         # unstorable: it is replaced like one in the transcript.
         text = escape_tags(well_formed(text).replace(delim, "[delimiter]")).strip()
         return self._capped(text, model, max_tokens)  # it feeds the next chunk's call too
+
+    def _bill(self, used: BilledUsage | None) -> None:
+        if used is None:
+            return
+        before = self.billed or BilledUsage(0, 0, 0, 0)
+        self.billed = BilledUsage(
+            before.input_uncached + used.input_uncached,
+            before.cached_read + used.cached_read,
+            before.cache_write + used.cache_write,
+            before.output + used.output,
+        )
 
     async def _post(self, body: dict[str, Any], limit: int) -> bytes:
         """The response body of one call, refused once it passes ``limit`` bytes (decoded, so

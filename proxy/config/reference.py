@@ -57,7 +57,7 @@ def render() -> str:
 
 
 Row = tuple[str, str, str, str]
-_PLACEHOLDERS = {"models": "<glob>"}
+_PLACEHOLDERS = {"models": "<glob>", "pricing.models": "<glob>"}
 
 
 def _rows(path: str, field: FieldInfo, default: Any, *, top: bool = False) -> Iterator[Row]:

@@ -2,7 +2,8 @@
 
 ``Settings`` is assembled from section models that live with what they configure
 (``proxy.config.sections`` for the request path, ``proxy.config.ops`` for operator features,
-``proxy.state.settings`` for the store); each part of the proxy is given only its own section.
+``proxy.config.pricing`` for prices, ``proxy.state.settings`` for the store); each part of the
+proxy is given only its own section.
 ``load_settings`` / ``parse_settings`` read a file through ``proxy.config.loading`` (``${ENV}``
 references, errors naming the key path and line) and apply the environment overrides.
 
@@ -30,6 +31,7 @@ from proxy.config.ops import (
     RedisStreamExport,
     WebhookExport,
 )
+from proxy.config.pricing import ModelPrice, PricingSettings
 from proxy.config.sections import (
     CalibrationSettings,
     Route,
@@ -55,6 +57,8 @@ __all__ = [
     "ExportSettings",
     "HookSettings",
     "JsonlExport",
+    "ModelPrice",
+    "PricingSettings",
     "RecordSettings",
     "RedisStreamExport",
     "Route",
@@ -107,6 +111,11 @@ class Settings(Section):
     calibration: CalibrationSettings = Field(
         default_factory=CalibrationSettings,
         description="Token counts corrected by the provider's own usage.prompt_tokens.",
+    )
+    pricing: PricingSettings = Field(
+        default_factory=PricingSettings,
+        description="Dollars per million tokens by model: what the ledger counts as spent and "
+        "saved, and what price-aware compaction weighs (overrides a built-in, dated table).",
     )
     admin: AdminSettings = Field(
         default_factory=AdminSettings, description="The /admin API (inspect, forget, preview)."

@@ -19,9 +19,11 @@ from proxy.compaction.events import (
     CalibrationSampled,
     CompactionDecided,
     OverflowRetry,
+    RequestPriced,
     SummaryFailed,
     SummaryMade,
     SummaryOmitted,
+    SummaryPriced,
     WindowDiscovered,
     WindowLearned,
 )
@@ -141,6 +143,40 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.dollars = Counter(
+            "proxy_dollars",
+            "Dollars billed, by policy and kind (spent: the conversations' own requests, priced "
+            "from the provider's usage; direct: what the same requests would have cost sent "
+            "with the full history, docs/cost.md; summarizer: the summaries).",
+            ["policy", "kind"],
+            registry=r,
+        )
+        self.dollars_saved = Gauge(
+            "proxy_dollars_saved",
+            "Dollars saved against sending direct (direct - spent), by policy, before the "
+            "summarizer's cost (below 0: compaction cost more).",
+            ["policy"],
+            registry=r,
+        )
+        self.dollars_net_saved = Gauge(
+            "proxy_dollars_net_saved",
+            "Dollars saved against sending direct, net of the summarizer's cost, by policy.",
+            ["policy"],
+            registry=r,
+        )
+        self.billed_tokens = WholeCounter(
+            "proxy_billed_prompt_tokens",
+            "Prompt tokens as the provider billed them, by policy and kind (cached: read from "
+            "its prompt cache; cache_write: written to it; all: every prompt token).",
+            ["policy", "kind"],
+            registry=r,
+        )
+        self.unpriced_requests = Counter(
+            "proxy_unpriced_requests",
+            "Answered requests whose model has no price (counted as $0; see pricing:).",
+            ["policy"],
+            registry=r,
+        )
         self.background_depth = Gauge(
             "proxy_background_queue_depth", "Background summaries queued or running.", registry=r
         )
@@ -174,6 +210,8 @@ class Metrics:
         listeners.subscribe(WindowDiscovered, self._window_discovered)
         listeners.subscribe(WindowLearned, self._window_learned)
         listeners.subscribe(CalibrationSampled, self._calibration_sampled)
+        listeners.subscribe(RequestPriced, self._request_priced)
+        listeners.subscribe(SummaryPriced, self._summary_priced)
 
     def _compaction(self, event: CompactionDecided) -> None:
         self.child(self.compactions, event.strategy, event.outcome).inc()
@@ -207,6 +245,23 @@ class Metrics:
 
     def _calibration_sampled(self, event: CalibrationSampled) -> None:
         self.child(self.calibration_samples, event.outcome).inc()
+
+    def _request_priced(self, event: RequestPriced) -> None:
+        policy = event.policy
+        self.child(self.dollars, policy, "spent").inc(event.spent)
+        self.child(self.dollars, policy, "direct").inc(event.direct)
+        saved = event.direct - event.spent
+        self.child(self.dollars_saved, policy).inc(saved)
+        self.child(self.dollars_net_saved, policy).inc(saved)
+        self.child(self.billed_tokens, policy, "all").inc(event.prompt_tokens)
+        self.child(self.billed_tokens, policy, "cached").inc(event.cached_tokens)
+        self.child(self.billed_tokens, policy, "cache_write").inc(event.cache_write_tokens)
+        if not event.priced:
+            self.child(self.unpriced_requests, policy).inc()
+
+    def _summary_priced(self, event: SummaryPriced) -> None:
+        self.child(self.dollars, event.policy, "summarizer").inc(event.dollars)
+        self.child(self.dollars_net_saved, event.policy).dec(event.dollars)
 
     def watch(self, collect: Callable[[], Iterator]) -> None:
         """Add metrics read at scrape time (store counters and health)."""

@@ -13,6 +13,9 @@ from proxy.upstream.base import UpstreamResponse
 from proxy.upstream.content_coding import Decoder
 
 TAIL_BYTES = 8192
+# An Anthropic stream states its input and cache figures in its first event (message_start),
+# which a long answer pushes out of the tail: its head is kept too (issue 19).
+HEAD_BYTES = 4096
 
 
 class BufferedResponse:
@@ -82,14 +85,16 @@ def drop_pending(pending: asyncio.Future[bytes | None] | None) -> None:
 
 class ResponseTail:
     """An upstream response relayed as it is, keeping the last ``TAIL_BYTES`` of its decoded body
-    (proxy/upstream/content_coding.py: providers compress their answers) for a look once it has
-    ended."""
+    (proxy/upstream/content_coding.py: providers compress their answers), and its first
+    ``HEAD_BYTES``, for a look once it has ended."""
 
     def __init__(self, response: UpstreamResponse) -> None:
         self._response = response
         self.status = response.status
         self.headers = response.headers
         self._tail = bytearray()
+        self._head = b""
+        self._seen = 0  # decoded bytes so far
         # Decoding every byte is the price of reading a compressed tail; it is cheap next to
         # relaying it, and only compacted requests pay it.
         self._decoder = Decoder.of(response.headers)
@@ -101,6 +106,9 @@ class ResponseTail:
             yield chunk
 
     def _keep(self, chunk: bytes) -> None:
+        if len(self._head) < HEAD_BYTES:
+            self._head += chunk[: HEAD_BYTES - len(self._head)]
+        self._seen += len(chunk)
         self._tail += chunk
         if len(self._tail) > 2 * TAIL_BYTES:
             del self._tail[:-TAIL_BYTES]
@@ -112,4 +120,12 @@ class ResponseTail:
         await self._response.aclose()
 
     def tail(self) -> bytes:
-        return bytes(self._tail[-TAIL_BYTES:]) if self._decoder.readable else b""
+        """The decoded body's end, after its head when the two do not overlap (the bytes
+        between them left out)."""
+        if not self._decoder.readable:
+            return b""
+        tail = bytes(self._tail[-TAIL_BYTES:])
+        before = self._seen - len(tail)  # decoded bytes before the tail
+        if before <= 0:
+            return tail
+        return self._head[:before] + (b"\n\n" if before > len(self._head) else b"") + tail

@@ -152,6 +152,11 @@ class Tenancy:
     def lock_key(self, tenant: str, conversation_id: str) -> str:
         return f"{KEY_PREFIX}:l:{self._mac('lock', tenant, conversation_id)}"
 
+    def ledger_key(self, tenant: str, conversation_id: str) -> str:
+        """Where a conversation's ledger lives (``proxy.state.ledgers``): outside the listed
+        record prefix, so the admin listing never takes it for a conversation."""
+        return f"{KEY_PREFIX}:g:{self._mac('ledger', tenant, conversation_id)}"
+
     def tenant_prefix(self, tenant: str) -> str:
         """The key prefix of one tenant's records (for the admin listing)."""
         return f"{KEY_PREFIX}:r:{self._mac('tenant-tag', tenant)[:16]}:"

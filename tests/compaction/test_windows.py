@@ -267,3 +267,34 @@ def test_the_tail_of_a_gzipped_stream_is_kept_while_relayed() -> None:
 
     assert asyncio.run(relay()) == compressed  # relayed as it came
     assert prompt_tokens(tail.tail()) == 4242
+
+
+def test_a_long_answer_keeps_its_head_beside_its_tail() -> None:
+    """An Anthropic stream's input figures are in its first event (issue 19)."""
+    head = b'event: message_start\ndata: {"message":{"usage":{"input_tokens":7}}}\n\n'
+    payload = head + b"x" * 50_000 + b'{"usage":{"output_tokens":3}}'
+    chunks = [payload[i : i + 1000] for i in range(0, len(payload), 1000)]
+
+    class Streamed(BufferedResponse):
+        async def iter_raw(self) -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+
+    tail = ResponseTail(Streamed(200, [], b""))
+
+    async def relay() -> bytes:
+        return b"".join([c async for c in tail.iter_raw()])
+
+    assert asyncio.run(relay()) == payload
+    kept = tail.tail()
+    assert kept.startswith(head) and kept.endswith(b'{"usage":{"output_tokens":3}}')
+    assert len(kept) < 16_384
+    short = ResponseTail(Streamed(200, [], b""))
+    chunks[:] = [b'{"usage":{"prompt_tokens":5}}']
+    asyncio.run(_drain(short))
+    assert short.tail() == b'{"usage":{"prompt_tokens":5}}'  # a short body once, not twice
+
+
+async def _drain(response: ResponseTail) -> None:
+    async for _ in response.iter_raw():
+        pass

@@ -5,7 +5,11 @@ store, ``corrections``, ``compacting``) and answers (``responses``); nothing els
 
 - ``GET /admin/conversations?limit=&cursor=``: the tenant's conversations, most recently used
   first, from the store's listing index.
-- ``GET`` / ``DELETE /admin/conversations/{id}``: a conversation's checkpoints; forget it.
+- ``GET`` / ``DELETE /admin/conversations/{id}``: a conversation's checkpoints; forget it
+  (its ledger too).
+- ``GET /admin/conversations/{id}/ledger``: what the conversation cost and saved (issue 19),
+  kept from its first answered request on, summarized or not (apart from the checkpoints, whose
+  view a request must not change).
 - ``GET /admin/conversations/{id}/checkpoints/{cid}``: one checkpoint.
 - ``PUT /admin/conversations/{id}/summary``: a corrected text for the current summary;
   ``PATCH`` may name the checkpoint to correct (``"checkpoint"``).
@@ -28,6 +32,7 @@ from starlette.routing import BaseRoute, Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.compaction.compactor import Compactor
+from proxy.compaction.spending import ledger_view
 from proxy.config.ops import AdminSettings
 from proxy.config.sections import SummarizerSettings
 from proxy.core.plan_view import describe_checkpoint, describe_plan, describe_record
@@ -134,6 +139,13 @@ def admin_routes(
             return error_response(NotFound("no such conversation", code="not_found"))
         return AdminJSON({"tenant": tenant, **describe_record(record)})
 
+    async def show_ledger(request: Request, tenant: str) -> Response:
+        cid = _conversation_id(request)
+        ledger = ledger_view(await store.ledgers.inspect(tenant, cid))
+        if ledger is None:
+            return error_response(NotFound("no ledger for this conversation", code="not_found"))
+        return AdminJSON({"conversation_id": cid, "ledger": ledger})
+
     async def show_checkpoint(request: Request, tenant: str) -> Response:
         record = await store.inspect(tenant, _conversation_id(request))
         checkpoint = record.get(request.path_params["checkpoint_id"]) if record else None
@@ -201,6 +213,7 @@ def admin_routes(
             methods=["GET"],
         ),
         Route(f"{conversation}/compact", endpoint(compact), methods=["POST"]),
+        Route(f"{conversation}/ledger", endpoint(show_ledger), methods=["GET"]),
         Route(conversation, endpoint(show), methods=["GET"]),
         Route(conversation, endpoint(forget), methods=["DELETE"]),
         Route("/preview", endpoint(preview), methods=["POST"]),

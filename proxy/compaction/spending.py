@@ -1,0 +1,166 @@
+"""What each answered request and each summary cost: priced, added to the conversation's ledger,
+told as events (issue 19, docs/cost.md).
+
+After an answer the follow-up hands over the usage the provider reported (``BilledUsage``,
+cached tokens included); this prices it at the conversation's model (``PriceTable``), weighs it
+against the counterfactual of sending the client's full history direct, and updates the
+conversation's ledger in the store (``proxy.state.ledgers``: one compare-and-set per request).
+The write runs as a task after the answer has been relayed: the client never waits for it, and a
+store failure loses a ledger entry, never a request. ``RequestPriced`` and ``SummaryPriced`` tell
+the metrics.
+
+The counterfactual's full history is the plan's ``tokens_before`` in the provider's tokens: the
+proxy counted what it sent (``tokens_after``) and the provider billed ``usage.prompt`` for it,
+so this request's own ratio converts the count (a calibration sample of exactly this prompt).
+Whether the cache was warm is read from the ledger: its previous request less than
+``CACHE_TTL_SECONDS`` ago.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, get_args
+
+from proxy.compaction.conversation import Conversation
+from proxy.compaction.events import RequestPriced, SummaryPriced
+from proxy.core.planner import Plan
+from proxy.economics.ledger import Ledger, add_request, add_summary
+from proxy.economics.prices import PriceTable
+from proxy.economics.usage import BilledUsage, Wire, billed_usage
+from proxy.events import Listeners
+from proxy.state.ledgers import Entry, Ledgers
+
+logger = logging.getLogger("proxy.compaction")
+
+CACHE_TTL_SECONDS = 300.0  # Anthropic's default cache life; OpenAI's lasts 5-10 minutes idle
+MAX_PENDING_WRITES = 1024  # ledger writes in flight; beyond, one is skipped (logged)
+_WIRES = frozenset(get_args(Wire))
+
+
+def read_usage(route: str, body: bytes) -> BilledUsage | None:
+    """The usage a response's decoded end (and head) holds for ``route``'s dialect."""
+    return billed_usage(body, route) if route in _WIRES else None  # type: ignore[arg-type]
+
+
+def full_history_tokens(sent: Plan, usage: BilledUsage) -> int:
+    """The client's full history in the provider's tokens (see the module docstring)."""
+    if sent.tokens_after <= 0 or sent.tokens_before <= sent.tokens_after:
+        return usage.prompt  # nothing removed: the direct run sent the same prompt
+    return round(usage.prompt * sent.tokens_before / sent.tokens_after)
+
+
+def ledger_of(entry: Entry | None) -> tuple[Ledger, float | None]:
+    """The stored ledger and when it last saw a request (None: never, or unreadable)."""
+    if entry is None:
+        return Ledger(), None
+    try:
+        ledger = Ledger.from_dict(entry)
+    except ValueError:
+        return Ledger(), None
+    at = entry.get("at")
+    return ledger, float(at) if isinstance(at, int | float) else None
+
+
+def ledger_view(entry: Entry | None) -> dict[str, Any] | None:
+    """The ledger as the admin API shows it: its totals, net saving and last use."""
+    if entry is None:
+        return None
+    ledger, at = ledger_of(entry)
+    return {
+        **ledger.to_dict(),
+        "total_spent": ledger.total_spent,
+        "saved": ledger.saved,
+        "last_request_at": at,
+        "model": entry.get("model"),
+    }
+
+
+class Spending:
+    """Prices answers and summaries into each conversation's ledger."""
+
+    def __init__(
+        self,
+        *,
+        prices: PriceTable,
+        ledgers: Ledgers,
+        listeners: Listeners,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._prices = prices
+        self._ledgers = ledgers
+        self._listeners = listeners
+        self._clock = clock
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def answered(self, conv: Conversation, sent: Plan, usage: BilledUsage) -> None:
+        """Price one answered request (``sent``: the plan its body was rendered from) and
+        record it; must not block (called as the answer ends)."""
+        price = self._prices.price(conv.model)
+        full = full_history_tokens(sent, usage)
+        now = self._clock()
+        before_after: list[Ledger] = []
+
+        def edit(entry: Entry | None) -> Entry:
+            ledger, at = ledger_of(entry)
+            warm = at is not None and 0 <= now - at < CACHE_TTL_SECONDS
+            updated = add_request(ledger, usage, price, full_prompt_tokens=full, warm=warm)
+            before_after[:] = [ledger, updated]
+            return {**updated.to_dict(), "at": now, "model": conv.model}
+
+        async def record() -> None:
+            if await self._ledgers.update(conv.tenant, conv.conversation_id, edit) is None:
+                edit(None)  # not stored: still counted, as a first request (cold cache)
+            ledger, updated = before_after
+            self._listeners.emit(
+                RequestPriced(
+                    policy=conv.policy_name,
+                    priced=price.priced,
+                    spent=updated.spent - ledger.spent,
+                    direct=updated.counterfactual - ledger.counterfactual,
+                    prompt_tokens=usage.prompt,
+                    cached_tokens=usage.cached_read,
+                    cache_write_tokens=usage.cache_write,
+                    output_tokens=usage.output,
+                )
+            )
+
+        self._start(record)
+
+    def summary_made(self, conv: Conversation, model: str, usage: BilledUsage) -> None:
+        """Price one summary (``usage``: all its calls) at ``model``'s price and add it to the
+        conversation's ledger."""
+        price = self._prices.price(model)
+        self._listeners.emit(SummaryPriced(conv.policy_name, price.cost(usage)))
+
+        def edit(entry: Entry | None) -> Entry:
+            ledger, _ = ledger_of(entry)
+            extra = {k: entry[k] for k in ("at", "model") if entry and k in entry}
+            return {**add_summary(ledger, usage, price).to_dict(), **extra}
+
+        async def record() -> None:
+            await self._ledgers.update(conv.tenant, conv.conversation_id, edit)
+
+        self._start(record)
+
+    def _start(self, write: Callable[[], Any]) -> None:
+        if len(self._writes) >= MAX_PENDING_WRITES:
+            logger.warning("ledger write skipped: %d writes already pending", len(self._writes))
+            return
+        task = asyncio.get_running_loop().create_task(self._guarded(write))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    @staticmethod
+    async def _guarded(write: Callable[[], Any]) -> None:
+        try:
+            await write()
+        except Exception:  # fail open: a ledger is an operator's view, never the request's
+            logger.exception("ledger update failed")
+
+    async def join(self) -> None:
+        """Wait for the ledger writes under way (tests and shutdown)."""
+        while self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)

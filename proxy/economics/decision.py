@@ -1,0 +1,117 @@
+"""Deciding by price: does compacting now pay for itself over the turns still to come?
+
+Providers bill a repeated prompt prefix at a tenth to a half of the input price, so a shorter
+prompt saves little per turn, while a compaction moves the prefix and costs at once. Issue 19's
+rule, in dollars (``decide``):
+
+- The one-time cost of compacting now: the summarizer call, plus this turn's difference
+  between sending the compacted prompt (a new prefix: all of it written, ``C`` tokens at the
+  cache-write price, which is the input price under OpenAI's rule) and sending the prompt
+  uncompacted (``P`` tokens: with a warm cache the previous prompt read at the cached price and
+  this turn's growth written; with a cold cache, all of it written). With a cold cache this
+  difference is a saving that can pay for the summary at once: the idle moment is the cheap one.
+- The saving of every later turn: both prompts grow by the same turns, so they differ by
+  ``P - C`` tokens, read from a warm cache at the cached price.
+- Compacting pays when the cost is repaid within the expected remaining turns; the break-even
+  is ``cost / saving per turn`` turns (0 when compacting is cheaper at once). A window that the
+  uncompacted prompt no longer fits overrides price: the request must be compacted.
+
+Kept simple on purpose: later turns are priced as if the cache stays warm (a pause past the TTL
+would make each saving larger, so the rule errs towards not compacting), the comparison is
+"now or not at all" over the remaining turns, and all tokens are the provider's. An unpriced
+model (``Price.priced`` false) is not decided by price: the caller keeps its token thresholds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from proxy.economics.prices import PER_MILLION, Price
+
+__all__ = ["Outlook", "PriceDecision", "decide", "turns_to_reach"]
+
+Reason = Literal["window", "unpriced", "pays", "does-not-pay", "no-saving"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    """What the decision weighs, in the provider's tokens."""
+
+    prompt_tokens: int  # the prompt sent uncompacted this turn
+    compacted_tokens: int  # the prompt sent if compacted this turn
+    summary_input_tokens: int  # the summarizer's prompt, billed uncached
+    summary_output_tokens: int  # the summary it is expected to write
+    growth_per_turn: float  # the conversation's measured prompt growth per turn
+    remaining_turns: float  # the turns expected after this one
+    cache_warm: bool  # the conversation's previous request was within the cache TTL
+    window_forced: bool = False  # the uncompacted prompt does not fit the model's window
+    summary_cached_tokens: int = 0  # of the summarizer's prompt, read from the cache
+
+
+@dataclass(frozen=True, slots=True)
+class PriceDecision:
+    """Whether to compact now, and the figures behind it (dollars)."""
+
+    compact: bool
+    reason: Reason
+    cost: float = 0.0  # one-time: the summary plus this turn's difference (negative: a gain)
+    saving_per_turn: float = 0.0  # each later turn's saving
+    break_even_turns: float | None = None  # later turns to repay the cost; None: never
+
+
+def decide(
+    outlook: Outlook, price: Price, *, summarizer_price: Price | None = None
+) -> PriceDecision:
+    """Whether compacting now pays at ``price`` (the conversation's model) and
+    ``summarizer_price`` (the summarizer's model; None: the same)."""
+    if not price.priced:
+        return PriceDecision(compact=outlook.window_forced, reason=_forced_or("unpriced", outlook))
+    s = summarizer_price or price
+    prompt, compacted = outlook.prompt_tokens, outlook.compacted_tokens
+    summary = (
+        outlook.summary_input_tokens * s.input
+        + outlook.summary_cached_tokens * s.cached_input
+        + outlook.summary_output_tokens * s.output
+    )
+    if outlook.cache_warm:
+        growth = min(max(outlook.growth_per_turn, 0.0), float(prompt))
+        keep_now = (prompt - growth) * price.cached_input + growth * price.cache_write
+    else:
+        keep_now = prompt * price.cache_write
+    cost = (summary + compacted * price.cache_write - keep_now) / PER_MILLION
+    saving = max(prompt - compacted, 0) * price.cached_input / PER_MILLION
+    if cost <= 0:
+        break_even: float | None = 0.0
+    elif saving > 0:
+        break_even = cost / saving
+    else:
+        break_even = None
+    pays = break_even is not None and break_even <= max(outlook.remaining_turns, 0.0)
+    if outlook.window_forced or pays:
+        reason: Reason = _forced_or("pays", outlook)
+    else:
+        reason = "does-not-pay" if break_even is not None else "no-saving"
+    return PriceDecision(
+        compact=outlook.window_forced or pays,
+        reason=reason,
+        cost=cost,
+        saving_per_turn=saving,
+        break_even_turns=break_even,
+    )
+
+
+def _forced_or(reason: Reason, outlook: Outlook) -> Reason:
+    return "window" if outlook.window_forced else reason
+
+
+def turns_to_reach(tokens: int, limit: int, growth_per_turn: float) -> float:
+    """Turns until a prompt of ``tokens`` growing ``growth_per_turn`` a turn reaches ``limit``:
+    0 when it has, infinity when it does not grow. Ahead-of-time work starts only when this is
+    a turn or two, so a conversation that ends before its trigger pays for no summary."""
+    if tokens >= limit:
+        return 0.0
+    if growth_per_turn <= 0:
+        return math.inf
+    return (limit - tokens) / growth_per_turn

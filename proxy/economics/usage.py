@@ -1,0 +1,130 @@
+"""What the provider billed for one response, read from the end of its (decoded) body.
+
+The proxy never buffers or re-encodes an answer; it keeps the last few KB of what it relayed
+(``ResponseTail``, proxy/compaction/calibration.py). Every API puts its usage at the end: the
+last key of a JSON body, the last events of a stream. So the reader looks for ``"usage": {``
+objects in whatever bytes it is given, plain JSON or SSE, cut anywhere, and decodes each from
+its opening brace (a body's first bytes may be missing; its usage is not).
+
+The shapes, from the SDKs' own types:
+
+- chat completions (openai-python ``CompletionUsage``): ``prompt_tokens`` counts every prompt
+  token, ``prompt_tokens_details.cached_tokens`` those read from the cache and, from the GPT-5.6
+  family on, ``cache_write_tokens`` those written to it; ``completion_tokens``. Streamed, the
+  usage comes in the last chunk when the request set ``stream_options.include_usage``.
+- Responses (``ResponseUsage``): ``input_tokens`` (every prompt token),
+  ``input_tokens_details.cached_tokens`` / ``cache_write_tokens``, ``output_tokens``; streamed,
+  in the ``response.completed`` event's response.
+- Anthropic Messages (anthropic-sdk-python ``Usage``): ``input_tokens`` counts only what was
+  neither read from nor written to the cache (after the last breakpoint), beside
+  ``cache_read_input_tokens`` and ``cache_creation_input_tokens``; ``output_tokens``. Streamed,
+  ``message_start`` carries the input figures and ``message_delta`` (``MessageDeltaUsage``) the
+  cumulative ``output_tokens`` and, on the current API, the cumulative input figures again. A
+  tail that holds the ``message_delta`` but not its input figures needs the stream's head
+  (``message_start``, its first event) as well: pass head and tail together.
+
+Providers that speak these APIs without cache figures (vLLM, llama.cpp) read as nothing cached.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["BilledUsage", "Wire", "billed_usage"]
+
+Wire = Literal["chat", "responses", "messages"]  # the dialects' names (proxy/dialects)
+
+# A key "usage" whose value is an object. Requiring `{` or `,` before the key keeps text inside
+# JSON strings out: there a quote is always escaped (`\"usage\"`).
+_USAGE_KEY = re.compile(r'[{,]\s*"usage"\s*:\s*(?=\{)')
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class BilledUsage:
+    """One request's tokens as the provider billed them, in the same four kinds on every API."""
+
+    input_uncached: int  # billed at the full input price
+    cached_read: int  # read from the prompt cache
+    cache_write: int  # written to the prompt cache (Anthropic; OpenAI's GPT-5.6 family)
+    output: int
+
+    @property
+    def prompt(self) -> int:
+        """Every prompt token, however billed."""
+        return self.input_uncached + self.cached_read + self.cache_write
+
+
+def billed_usage(body: bytes, wire: Wire) -> BilledUsage | None:
+    """The usage at the end of ``body`` (a whole decoded body, its tail, or a stream's head
+    and tail joined) read as ``wire``'s shape; None when it holds none that can be read."""
+    found = _usage_objects(body.decode("utf-8", errors="replace"))
+    if not found:
+        return None
+    if wire == "messages":
+        return _anthropic(found)
+    return _openai(found[-1], wire)
+
+
+def _usage_objects(text: str) -> list[dict[str, Any]]:
+    """Every ``"usage": {...}`` object in ``text`` that decodes, in order."""
+    out = []
+    for match in _USAGE_KEY.finditer(text):
+        try:
+            value, _ = _DECODER.raw_decode(text, match.end())
+        except ValueError:  # cut off by the end of the tail, or not JSON at all
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def _count(data: Mapping[str, Any] | None, key: str) -> int | None:
+    """A token count: a non-negative integer, or None (absent, null or of another type)."""
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _openai(usage: Mapping[str, Any], wire: Wire) -> BilledUsage | None:
+    prompt_key, output_key, details_key = (
+        ("prompt_tokens", "completion_tokens", "prompt_tokens_details")
+        if wire == "chat"
+        else ("input_tokens", "output_tokens", "input_tokens_details")
+    )
+    prompt, output = _count(usage, prompt_key), _count(usage, output_key)
+    if prompt is None or output is None:
+        return None
+    details = usage.get(details_key)
+    # A report that does not add up (cached beyond the prompt) is clamped, not trusted whole.
+    cached = min(_count(details, "cached_tokens") or 0, prompt)
+    written = min(_count(details, "cache_write_tokens") or 0, prompt - cached)
+    return BilledUsage(
+        input_uncached=prompt - cached - written,
+        cached_read=cached,
+        cache_write=written,
+        output=output,
+    )
+
+
+def _anthropic(found: list[dict[str, Any]]) -> BilledUsage | None:
+    """The last usage object, its input figures taken from the nearest earlier one that has
+    them when it has none (a stream's ``message_delta`` after its ``message_start``)."""
+    last = found[-1]
+    output = _count(last, "output_tokens")
+    if output is None:
+        return None
+    source = next((u for u in reversed(found) if _count(u, "input_tokens") is not None), None)
+    if source is None:
+        return None
+    return BilledUsage(
+        input_uncached=_count(source, "input_tokens") or 0,
+        cached_read=_count(source, "cache_read_input_tokens") or 0,
+        cache_write=_count(source, "cache_creation_input_tokens") or 0,
+        output=output,
+    )

@@ -1,0 +1,98 @@
+"""Deciding by price, on hand-computed cases (issue 19)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from proxy.economics.decision import Outlook, decide, turns_to_reach
+from proxy.economics.prices import UNPRICED, PriceTable
+
+TABLE = PriceTable()
+GPT41 = TABLE.price("gpt-4.1")  # 2.00 in, 0.50 cached, 2.00 write, 8.00 out
+MINI = TABLE.price("gpt-4o-mini")  # 0.15, 0.075, 0.15, 0.60
+SONNET = TABLE.price("claude-sonnet-4-5")  # 3.00, 0.30, 3.75, 15.00
+
+
+def outlook(**changes: float) -> Outlook:
+    """150k tokens compacted to 30k by a 120k-token summary call writing 1k, 1.5k a turn."""
+    base: dict[str, float] = {
+        "prompt_tokens": 150_000,
+        "compacted_tokens": 30_000,
+        "summary_input_tokens": 120_000,
+        "summary_output_tokens": 1_000,
+        "growth_per_turn": 1_500,
+        "remaining_turns": 1,
+        "cache_warm": True,
+    }
+    return Outlook(**{**base, **changes})
+
+
+def test_a_conversation_ending_short_of_the_trigger_does_not_pay_for_a_summary() -> None:
+    # summary 120000*2 + 1000*8 = 248000; compacted turn 30000*2 = 60000; uncompacted turn,
+    # warm: 148500*0.5 + 1500*2 = 77250. Cost (248000 + 60000 - 77250)/1e6 = $0.23075.
+    # Each later turn reads 120000 fewer cached tokens: $0.06. Break-even 3.85 turns.
+    decision = decide(outlook(remaining_turns=1), GPT41)
+    assert not decision.compact and decision.reason == "does-not-pay"
+    assert decision.cost == pytest.approx(0.23075)
+    assert decision.saving_per_turn == pytest.approx(0.06)
+    assert decision.break_even_turns == pytest.approx(0.23075 / 0.06)
+    assert decide(outlook(remaining_turns=3), GPT41).compact is False
+    assert decide(outlook(remaining_turns=4), GPT41).compact is True
+
+
+def test_a_cold_cache_compacts() -> None:
+    # Cold, the uncompacted turn writes all 150000: 300000. Cost (248000 + 60000 - 300000)/1e6
+    # = $0.008, repaid within the next turn (0.008 / 0.06 = 0.13 turns).
+    decision = decide(outlook(cache_warm=False), GPT41)
+    assert decision.compact and decision.reason == "pays"
+    assert decision.cost == pytest.approx(0.008)
+    assert decision.break_even_turns == pytest.approx(0.008 / 0.06)
+    # With a cheap summarizer (120000*0.15 + 1000*0.6 = 18600) it pays at once, even as the
+    # last turn: 18600 + 60000 - 300000 < 0.
+    cheap = decide(outlook(cache_warm=False, remaining_turns=0), GPT41, summarizer_price=MINI)
+    assert cheap.compact and cheap.break_even_turns == 0.0
+    assert cheap.cost == pytest.approx(-0.2214)
+
+
+def test_a_warm_cache_with_few_turns_left_does_not_compact() -> None:
+    # Sonnet: summary 120000*3 + 1000*15 = 375000; compacted turn written 30000*3.75 = 112500;
+    # uncompacted, warm: 148000*0.3 + 2000*3.75 = 51900. Cost $0.4356; saving 120000*0.3 =
+    # $0.036 a turn: 12.1 turns to break even.
+    case = outlook(growth_per_turn=2_000, remaining_turns=2)
+    decision = decide(case, SONNET)
+    assert not decision.compact
+    assert decision.cost == pytest.approx(0.4356)
+    assert decision.break_even_turns == pytest.approx(0.4356 / 0.036)
+    assert decide(outlook(growth_per_turn=2_000, remaining_turns=20), SONNET).compact
+
+
+def test_the_window_overrides_price() -> None:
+    decision = decide(outlook(window_forced=True, remaining_turns=0), GPT41)
+    assert decision.compact and decision.reason == "window"
+    assert decision.break_even_turns == pytest.approx(0.23075 / 0.06)  # still reported
+
+
+def test_no_saving_never_pays() -> None:
+    decision = decide(outlook(compacted_tokens=150_000, remaining_turns=1_000), GPT41)
+    assert not decision.compact and decision.reason == "no-saving"
+    assert decision.break_even_turns is None
+
+
+def test_a_summarizer_reading_the_cache_costs_less() -> None:
+    # 100000 of the 120000 read at 0.5: 20000*2 + 100000*0.5 + 1000*8 = 98000 instead of 248000.
+    cached = outlook(summary_input_tokens=20_000, summary_cached_tokens=100_000)
+    assert decide(cached, GPT41).cost == pytest.approx((98_000 + 60_000 - 77_250) / 1e6)
+
+
+def test_an_unpriced_model_is_left_to_the_token_thresholds() -> None:
+    assert decide(outlook(remaining_turns=100), UNPRICED).reason == "unpriced"
+    assert not decide(outlook(remaining_turns=100), UNPRICED).compact
+    assert decide(outlook(window_forced=True), UNPRICED).compact
+
+
+def test_turns_to_reach() -> None:
+    assert turns_to_reach(150_000, 160_000, 2_000) == 5.0
+    assert turns_to_reach(170_000, 160_000, 2_000) == 0.0
+    assert turns_to_reach(150_000, 160_000, 0) == math.inf

@@ -1,0 +1,63 @@
+"""A conversation's ledger entry in the store (proxy.state.ledgers): beside its record, bound to
+its tenant, sealed, forgotten with the conversation, and never a failure on the request path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.errors import StoreError
+from proxy.state.conversations import Store
+from proxy.state.sealing import Sealer
+from proxy.state.store.memory import MemoryBackend
+from proxy.state.tenancy import Tenancy
+from tests.support.stores import KEY_A, StoreFactory, store_settings
+
+pytestmark = pytest.mark.anyio
+
+
+def count(entry: dict[str, Any] | None) -> dict[str, Any]:
+    return {"requests": (entry or {}).get("requests", 0) + 1}
+
+
+async def test_updates_add_up_per_tenant_and_conversation(make_store: StoreFactory) -> None:
+    one, two = make_store(), make_store()  # two replicas on one backend
+    for store in (one, two, one):
+        await store.ledgers.update("tenant-a", "conv", count)
+    assert await two.ledgers.inspect("tenant-a", "conv") == {"requests": 3}
+    assert await one.ledgers.inspect("tenant-b", "conv") is None  # another caller sees nothing
+    assert await one.ledgers.inspect("tenant-a", "other") is None
+    # Never listed as a conversation, and forgotten with one.
+    assert (await one.list_conversations("tenant-a")).conversations == []
+    await one.delete("tenant-a", "conv")
+    assert await one.ledgers.inspect("tenant-a", "conv") is None
+
+
+async def test_an_entry_is_sealed_at_rest() -> None:
+    backend = MemoryBackend()
+    settings = store_settings("memory://", encryption_keys=[KEY_A])
+    store = Store(
+        backend,
+        settings=settings,
+        tenancy=Tenancy.from_settings(settings),
+        sealer=Sealer.from_settings(settings.encryption_keys),
+    )
+    await store.ledgers.update("t", "c", lambda _: {"cached_tokens": 1536})
+    key = store.tenancy.ledger_key("t", "c")
+    raw = await backend.get(key)
+    assert raw is not None and b"cached_tokens" not in raw
+    assert await store.ledgers.inspect("t", "c") == {"cached_tokens": 1536}
+
+
+class DownBackend(MemoryBackend):
+    async def get(self, key: str, **kwargs: Any) -> bytes | None:
+        raise StoreError("connection refused")
+
+
+async def test_a_failing_store_answers_none_on_update_and_raises_for_the_admin() -> None:
+    settings = store_settings("redis://unused")
+    store = Store(DownBackend(), settings=settings, tenancy=Tenancy.from_settings(settings))
+    assert await store.ledgers.update("t", "c", count) is None
+    with pytest.raises(StoreError):  # the admin must know the store did not answer
+        await store.ledgers.inspect("t", "c")
