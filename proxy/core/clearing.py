@@ -21,7 +21,9 @@ def clear_tool_results(
     model: str,
 ) -> tuple[list[dict[str, Any]], list[int], tuple[int, ...]]:
     """Stub results older than N interactions, or than N tool rounds (observation masking inside
-    one long task): a result is old when N complete rounds came after its own."""
+    one long task): a result is old when N complete rounds came after its own. A result is
+    stubbed only when the stub is smaller; when none is, ``source`` and ``counts`` come back
+    as they are (the same objects), so the plan knows nothing changed."""
     settings = policy.clear_tool_results
     older = settings.older_than_interactions
     by_interaction = grouping.start_of(len(grouping) - older) if 0 < older < len(grouping) else 0
@@ -33,12 +35,20 @@ def clear_tool_results(
     if not limit:
         return source, counts, ()
     working = list(source)
-    counts = list(counts)
+    cleared_counts = list(counts)
     cleared = []
     for i in range(grouping.preamble_len, limit):
         message = source[i]
         if message.get("role") in ("tool", "function") and counts[i] > settings.min_tokens:
-            working[i] = {**message, "content": CLEARED_STUB.format(tokens=counts[i])}
-            counts[i] = counter.count_message(working[i], model)
+            stub = {**message, "content": CLEARED_STUB.format(tokens=counts[i])}
+            stub_tokens = counter.count_message(stub, model)
+            if stub_tokens >= counts[i]:
+                continue  # a stub no smaller than the result would change bytes, saving nothing
+            working[i] = stub
+            cleared_counts[i] = stub_tokens
             cleared.append(i)
-    return working, counts, tuple(cleared)
+    if not cleared:
+        # Nothing stubbed: the very list that came in, so the plan is unchanged and the client's
+        # bytes go out (issue 19: a copy here reported every such request as "applied").
+        return source, counts, ()
+    return working, cleared_counts, tuple(cleared)

@@ -38,10 +38,12 @@ class TriggerSettings(PolicyModel):
         0, description="Fire when the request has more than N messages."
     )
     on_tool_success: tuple[str, ...] = Field(
-        (), description="Fire when one of these tools succeeded in the last interaction."
+        (),
+        description="Fire when one of these tools succeeded in a result new in this request.",
     )
     on_tool_error: tuple[str, ...] = Field(
-        (), description="Fire when one of these tools failed in the last interaction."
+        (),
+        description="Fire when one of these tools failed in a result new in this request.",
     )
     tool_error_pattern: str = Field(
         r"(?i)^\s*(error|exception|traceback)\b",

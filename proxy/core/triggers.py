@@ -10,9 +10,11 @@ measure is over ``soft_fraction`` of it (near includes fired). 0 disables a trig
   the summary covers only part of (earlier tool rounds of a long task) counts.
 - ``interaction_tokens``: tokens in those interactions.
 - ``messages``: messages in the prompt.
-- ``on_tool_success`` / ``on_tool_error``: a named tool succeeded / failed in the last
-  interaction; a result fails when it parses as an error object or matches
-  ``tool_error_pattern``.
+- ``on_tool_success`` / ``on_tool_error``: a named tool succeeded / failed in a result new in
+  this request: the tool messages the request ends with (those after the assistant message the
+  previous request was answered with). Not the whole last interaction: in an agent run that is
+  every round since the task, and one passing result would fire on every later turn (issue 19).
+  A result fails when it parses as an error object or matches ``tool_error_pattern``.
 - ``conditions``: only interactions holding a message that matches all of them count towards
   ``interactions`` and ``interaction_tokens``.
 """
@@ -107,9 +109,8 @@ def measure(
         interaction_tokens += sum(counts[start:end])
     succeeded: set[str] = set()
     failed: set[str] = set()
-    if (trigger.on_tool_success or trigger.on_tool_error) and len(grouping):
-        start, end = grouping.span(len(grouping) - 1)
-        _tool_outcomes(messages, start, end, trigger.tool_error_pattern, succeeded, failed)
+    if trigger.on_tool_success or trigger.on_tool_error:
+        _tool_outcomes(messages, trigger.tool_error_pattern, succeeded, failed)
     return Measures(
         tokens=tokens,
         messages=sent_messages,
@@ -121,22 +122,30 @@ def measure(
     )
 
 
+def new_tool_results(messages: list[dict[str, Any]]) -> int:
+    """Where the tool results new in this request start: the trailing tool messages (len when
+    the request ends with anything else)."""
+    start = len(messages)
+    while start and messages[start - 1].get("role") in ("tool", "function"):
+        start -= 1
+    return start
+
+
 def _tool_outcomes(
     messages: list[dict[str, Any]],
-    start: int,
-    end: int,
     pattern: str,
     succeeded: set[str],
     failed: set[str],
 ) -> None:
+    start = new_tool_results(messages)
+    if start == len(messages):
+        return
     names: dict[str, str] = {}
     compiled = re.compile(pattern)
-    for message in messages[:end]:  # a call may sit before the interaction's start
+    for message in messages[:start]:  # the calls these results answer
         if message.get("role") == "assistant":
             names.update(tool_names(message))
-    for message in messages[start:end]:
-        if message.get("role") not in ("tool", "function"):
-            continue
+    for message in messages[start:]:
         name = names.get(str(message.get("tool_call_id")), message.get("name"))
         if isinstance(name, str) and name:
             outcome = failed if is_error_result(message.get("content"), compiled) else succeeded

@@ -154,9 +154,9 @@ def _triggers(run: DryRun) -> Table:
     if trigger.messages:
         rows.append(("messages", str(trigger.messages), str(len(p.source))))
     if trigger.on_tool_success:
-        rows.append(("on_tool_success", ", ".join(trigger.on_tool_success), "last interaction"))
+        rows.append(("on_tool_success", ", ".join(trigger.on_tool_success), "new tool results"))
     if trigger.on_tool_error:
-        rows.append(("on_tool_error", ", ".join(trigger.on_tool_error), "last interaction"))
+        rows.append(("on_tool_error", ", ".join(trigger.on_tool_error), "new tool results"))
     table = Table(title=f"triggers (near = past {run.policy.soft_fraction:.0%} of a threshold)")
     for name in ("trigger", "threshold", "measured", "state"):
         table.add_column(name)

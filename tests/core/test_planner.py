@@ -497,6 +497,20 @@ def test_a_trigger_with_nothing_safe_to_cut_is_blocked(counter: TokenCounter) ->
     assert p.blocked and p.summary_request is None and p.messages is messages
 
 
+def test_clearing_that_stubs_nothing_leaves_the_plan_unchanged(counter: TokenCounter) -> None:
+    """Issue 19: with nothing to stub (no tool results, or only results smaller than their
+    stub), the plan sends the very list that came in: ``skipped``, the client's bytes."""
+    clear = ClearToolResultsSettings(older_than_interactions=1)
+    plain = chat(10)
+    p = run(plain, policy(trigger=NEVER, clear_tool_results=clear), counter)
+    assert p.cleared == () and not p.changed and p.messages is plain
+    short = [system(), user("go"), assistant(None, ("c1", "x", "{}")), tool("c1", "ok")]
+    short += [assistant("done"), user("next"), assistant("sure")]
+    p = run(short, policy(trigger=NEVER, clear_tool_results=clear), counter)
+    assert p.cleared == () and p.messages is short
+    assert p.tokens_after == p.tokens_before
+
+
 def test_tool_results_older_than_n_rounds_are_cleared_inside_one_task(
     counter: TokenCounter,
 ) -> None:

@@ -120,6 +120,21 @@ def test_tool_triggers_look_only_at_the_last_interaction(counter: TokenCounter) 
     assert fired(messages, counter, on_tool_success=["run_tests"])[0] == ()
 
 
+def test_tool_triggers_look_only_at_the_results_new_in_this_request(
+    counter: TokenCounter,
+) -> None:
+    """Issue 19: one agent run is one interaction; a success rounds ago must not fire again."""
+    passed = tool_turn("run_tests", "All 12 tests passed")
+    later = [assistant(None, ("c2", "read_file", "{}")), tool("c2", "def f(): ...")]
+    assert fired([*passed, *later], counter, on_tool_success=["run_tests"])[0] == ()
+    # the model's answer after a result: nothing new arrived with this request
+    assert fired([*passed, assistant("done")], counter, on_tool_success=["run_tests"])[0] == ()
+    again = [assistant(None, ("c3", "run_tests", "{}")), tool("c3", "All 12 tests passed")]
+    assert fired([*passed, *later, *again], counter, on_tool_success=["run_tests"])[0] == (
+        "on_tool_success",
+    )
+
+
 def test_custom_error_pattern(counter: TokenCounter) -> None:
     messages = tool_turn("build", "BUILD FAILED in 3s")
     assert fired(messages, counter, on_tool_error=["build"])[0] == ()
