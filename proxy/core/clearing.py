@@ -34,9 +34,7 @@ def clear_tool_results(
     limit = max(by_interaction, by_round)
     if not limit:
         return source, counts, ()
-    working = list(source)
-    cleared_counts = list(counts)
-    cleared = []
+    stubs: list[tuple[int, dict[str, Any], int]] = []  # (index, stub, its tokens), oldest first
     for i in range(grouping.preamble_len, limit):
         message = source[i]
         if message.get("role") in ("tool", "function") and counts[i] > settings.min_tokens:
@@ -44,11 +42,35 @@ def clear_tool_results(
             stub_tokens = counter.count_message(stub, model)
             if stub_tokens >= counts[i]:
                 continue  # a stub no smaller than the result would change bytes, saving nothing
-            working[i] = stub
-            cleared_counts[i] = stub_tokens
-            cleared.append(i)
+            stubs.append((i, stub, stub_tokens))
+    stubs = _whole_batches(stubs, counts, settings.clear_at_least)
+    working = list(source)
+    cleared_counts = list(counts)
+    cleared = []
+    for i, stub, stub_tokens in stubs:
+        working[i] = stub
+        cleared_counts[i] = stub_tokens
+        cleared.append(i)
     if not cleared:
         # Nothing stubbed: the very list that came in, so the plan is unchanged and the client's
         # bytes go out (issue 19: a copy here reported every such request as "applied").
         return source, counts, ()
     return working, cleared_counts, tuple(cleared)
+
+
+def _whole_batches(
+    stubs: list[tuple[int, dict[str, Any], int]], counts: list[int], at_least: int
+) -> list[tuple[int, dict[str, Any], int]]:
+    """The stubs of the complete batches: walking from the oldest, a batch closes once its stubs
+    save ``at_least`` tokens; the newest batch, still short of that, waits. The walk depends only
+    on the history's prefix, so a batch cleared once is cleared the same way in every later
+    request (its stubs' bytes never change) and the prompt's prefix moves once per batch."""
+    if at_least <= 0:
+        return stubs
+    closed = 0
+    saved = 0
+    for n, (i, _, stub_tokens) in enumerate(stubs, start=1):
+        saved += counts[i] - stub_tokens
+        if saved >= at_least:
+            closed, saved = n, 0
+    return stubs[:closed]

@@ -132,6 +132,12 @@ class ClearToolResultsSettings(PolicyModel):
         "long task (0 = off); either age clears.",
     )
     min_tokens: NonNegativeInt = Field(0, description="Only stub results larger than N tokens.")
+    clear_at_least: NonNegativeInt = Field(
+        0,
+        description="Stub old results only in batches that save at least N tokens, oldest first "
+        "(0 = each as soon as it is old). Every new stub moves the prompt's cached prefix; a "
+        "batch moves it once for many turns, as Anthropic's clear_at_least does.",
+    )
 
 
 # ``summarizer.model: $request``: summarize with the model the request itself names.

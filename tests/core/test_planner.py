@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -521,6 +522,35 @@ def test_tool_results_older_than_n_rounds_are_cleared_inside_one_task(
     assert all("cleared" in p.messages[i]["content"] for i in p.cleared)
     assert p.messages[10:] == messages[10:]
     assert [m.get("tool_call_id") for m in p.messages] == [m.get("tool_call_id") for m in messages]
+
+
+def test_clearing_in_batches_moves_the_prompt_prefix_once_per_batch(
+    counter: TokenCounter,
+) -> None:
+    """Issue 19: stubbing one more result every round re-bills the prompt's tail every turn. With
+    ``clear_at_least`` results are stubbed only in whole batches of that many tokens, so a
+    request's messages change (and the provider's cache breaks) once per batch, and a stub, once
+    made, stays byte-identical in every later request."""
+    clear = ClearToolResultsSettings(older_than_rounds=2, clear_at_least=400)
+    pol = policy(trigger=NEVER, clear_tool_results=clear)
+    one_by_one = policy(
+        trigger=NEVER, clear_tool_results=ClearToolResultsSettings(older_than_rounds=2)
+    )
+    runs = [agent_run(n) for n in range(3, 21)]
+    plans = [run(messages, pol, counter) for messages in runs]
+    eager = [run(messages, one_by_one, counter) for messages in runs]
+    # Every round ages one result past the limit: one by one, nearly every request stubs anew.
+    eager_changes = sum(a.cleared != b.cleared for a, b in itertools.pairwise(eager))
+    changes = sum(a.cleared != b.cleared for a, b in itertools.pairwise(plans))
+    assert eager_changes == len(runs) - 1
+    assert 0 < changes <= eager_changes // 3
+    for earlier, later, messages in zip(plans, plans[1:], runs[1:], strict=False):
+        # What was stubbed stays stubbed, with the same bytes; a batch is cleared whole.
+        assert set(earlier.cleared) <= set(later.cleared)
+        assert all(later.messages[i] == earlier.messages[i] for i in earlier.cleared)
+        cleared_now = [i for i in later.cleared if i not in earlier.cleared]
+        batch = sum(counter.count_message(messages[i], "gpt-4o") for i in cleared_now)
+        assert not cleared_now or batch >= 400
 
 
 def test_an_overflow_rescue_of_one_task_keeps_the_task_and_the_newest_round(
