@@ -18,6 +18,7 @@ from proxy.compaction.calibration import Calibration
 from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming
 from proxy.compaction.model_info import ModelInfos
+from proxy.compaction.pace import Paces
 from proxy.compaction.planning import plan_with
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import NoReview, PlanReview
@@ -71,6 +72,8 @@ class Compactor:
         self.spending = Spending(
             prices=prices or PriceTable(), ledgers=store.ledgers, listeners=listeners
         )
+        # Each conversation's growth and its summaries not applied yet (ahead mode, issue 19).
+        self.paces = Paces(store.ledgers, listeners)
         self._summaries = Summaries(
             store=store,
             stored=self._stored,
@@ -79,6 +82,7 @@ class Compactor:
             settings=settings.summarizer,
             listeners=listeners,
             spending=self.spending,
+            paces=self.paces,
         )
         self._rewriter = Rewriter(
             settings,
@@ -101,6 +105,7 @@ class Compactor:
             review=review or NoReview(),
             listeners=listeners,
             spending=self.spending,
+            paces=self.paces,
         )
 
     # --- the request path ---------------------------------------------------------------------
