@@ -10,6 +10,7 @@ holds. The admin API's preview and forced compaction use the same parts
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from proxy.compaction.ahead import AheadOfTime
@@ -63,6 +64,7 @@ class Compactor:
         tenancy = tenancy or store.tenancy  # the app's; a store built apart keys by its own
         self.settings = settings
         self.counter = counter
+        self._store = store
         models = ModelInfos(windows, calibration)
         self._conversations = Conversations(
             tenancy=tenancy, calibration=calibration, models=models, facts=counter.facts
@@ -143,6 +145,12 @@ class Compactor:
     async def deepest_checkpoint(self, conv: Conversation) -> Checkpoint | None:
         """The stored checkpoint deepest in this history (one store read)."""
         return await self._stored.deepest(conv)
+
+    async def forget(self, tenant: str, conversation_id: str) -> bool:
+        """Delete the conversation from the store (True if it was stored), counting the
+        summaries it held that no request applied. StoreError when that cannot be done."""
+        delete = partial(self._store.delete, tenant, conversation_id)
+        return await self.paces.forgetting(tenant, conversation_id, delete)
 
     def plan(
         self, conv: Conversation, checkpoint: Checkpoint | None, *, force: bool = False

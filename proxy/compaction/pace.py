@@ -15,7 +15,9 @@ The record is small and lives in the conversation's ledger entry (``proxy.state.
   not grow the history is no sample); a request that applied the unapplied summary clears it;
 - ``stored`` after each new summary: if the summary no request has applied yet is not the one
   the new summary extends, it is superseded, never to be applied: ``SummaryUnused`` tells the
-  metrics how many summaries its chain holds.
+  metrics how many summaries its chain holds;
+- ``forgetting`` when the admin API deletes the conversation: its unapplied summaries, told
+  alike. (A record that expires goes without a word: not counted.)
 
 Everything fails open: an unreadable or missing record is an unknown growth (as before), a
 failed write loses a sample, never a request.
@@ -25,9 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryUnused
@@ -57,6 +58,7 @@ class Pace:
     growth: float = 0.0
     unapplied: str | None = None
     unapplied_count: int = 0
+    policy: str = ""  # the policy of the last request seen: what the metrics label
 
     @classmethod
     def from_entry(cls, entry: Entry | None) -> Pace:
@@ -65,12 +67,14 @@ class Pace:
             return cls()
         try:
             unapplied = raw.get("unapplied")
+            policy = raw.get("policy")
             return cls(
                 tokens=int(raw.get("tokens", 0)),
                 samples=int(raw.get("samples", 0)),
                 growth=float(raw.get("growth", 0.0)),
                 unapplied=unapplied if isinstance(unapplied, str) else None,
                 unapplied_count=int(raw.get("unapplied_count", 0)),
+                policy=policy if isinstance(policy, str) else "",
             )
         except (TypeError, ValueError):
             return cls()
@@ -122,7 +126,7 @@ class Paces:
     def __init__(self, ledgers: Ledgers, listeners: Listeners) -> None:
         self._ledgers = ledgers
         self._listeners = listeners
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writes: set[asyncio.Task[bool]] = set()
 
     async def read(self, conv: Conversation) -> Pace | None:
         """The conversation's record; None when the store did not answer."""
@@ -137,52 +141,65 @@ class Paces:
         applied = current.applied_checkpoint if current.changed else None
 
         def change(pace: Pace) -> Pace:
-            pace = pace.grown_to(current.tokens_before)
+            pace = replace(pace.grown_to(current.tokens_before), policy=conv.policy_name)
             if applied is not None and applied == pace.unapplied:
                 pace = replace(pace, unapplied=None, unapplied_count=0)
             return pace
 
         self._start(conv, change)
 
-    def stored(self, conv: Conversation, checkpoint: Checkpoint) -> None:
-        """Record a new summary; tell when it supersedes one never applied (must not block)."""
+    async def stored(self, conv: Conversation, checkpoint: Checkpoint) -> None:
+        """Record a new summary; tell when it supersedes one never applied. Awaited where the
+        summary is stored (one store write beside a summarizer call), so the record is current
+        before anything else happens to the conversation."""
         superseded: list[int] = []
 
         def change(pace: Pace) -> Pace:
             extends = pace.unapplied is not None and checkpoint.parent_id == pace.unapplied
             superseded[:] = [pace.unapplied_count] if pace.unapplied and not extends else []
             count = pace.unapplied_count + 1 if extends else 1
-            return replace(pace, unapplied=checkpoint.id, unapplied_count=count)
+            return replace(
+                pace, unapplied=checkpoint.id, unapplied_count=count, policy=conv.policy_name
+            )
 
-        async def then() -> None:
-            if superseded and superseded[0] > 0:
-                self._listeners.emit(SummaryUnused(conv.policy_name, superseded[0]))
+        await self._write(conv, change)
+        if superseded and superseded[0] > 0:
+            self._listeners.emit(SummaryUnused(conv.policy_name, superseded[0]))
 
-        self._start(conv, change, then)
+    async def forgetting(
+        self, tenant: str, conversation_id: str, forget: Callable[[], Awaitable[bool]]
+    ) -> bool:
+        """Run ``forget`` (the store's delete: StoreError passes) and tell the summaries it
+        took away unapplied; its answer."""
+        try:
+            entry = await self._ledgers.inspect(tenant, conversation_id)
+        except StoreError:
+            entry = None
+        deleted = await forget()
+        pace = Pace.from_entry(entry)
+        if deleted and pace.unapplied is not None and pace.unapplied_count > 0:
+            self._listeners.emit(SummaryUnused(pace.policy, pace.unapplied_count))
+        return deleted
 
-    def _start(
-        self,
-        conv: Conversation,
-        change: Callable[[Pace], Pace],
-        then: Callable[[], Any] | None = None,
-    ) -> None:
-        if len(self._writes) >= MAX_PENDING_WRITES:
-            logger.warning("pace write skipped: %d writes already pending", len(self._writes))
-            return
+    async def _write(self, conv: Conversation, change: Callable[[Pace], Pace]) -> bool:
+        """Apply ``change`` to the stored record; whether it was written (never raises)."""
 
         def edit(entry: Entry | None) -> Entry:
             pace = change(Pace.from_entry(entry))
             return {**(entry or {}), PACE_KEY: asdict(pace)}
 
-        async def write() -> None:
-            try:
-                written = await self._ledgers.update(conv.tenant, conv.conversation_id, edit)
-                if written is not None and then is not None:
-                    await then()
-            except Exception:  # fail open: the pace steers ahead-of-time work, never a request
-                logger.exception("pace update failed")
+        try:
+            return await self._ledgers.update(conv.tenant, conv.conversation_id, edit) is not None
+        except Exception:  # fail open: the pace steers ahead-of-time work, never a request
+            logger.exception("pace update failed")
+            return False
 
-        task = asyncio.get_running_loop().create_task(write())
+    def _start(self, conv: Conversation, change: Callable[[Pace], Pace]) -> None:
+        """``_write`` as a task: the request path never waits for it."""
+        if len(self._writes) >= MAX_PENDING_WRITES:
+            logger.warning("pace write skipped: %d writes already pending", len(self._writes))
+            return
+        task = asyncio.get_running_loop().create_task(self._write(conv, change))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 

@@ -120,7 +120,7 @@ class Summaries:
                 SummaryStored(conv.tenant, conv.conversation_id, conv.policy_name, checkpoint)
             )
             if self._paces is not None:
-                self._paces.stored(conv, checkpoint)
+                await self._paces.stored(conv, checkpoint)
             return checkpoint
         finally:
             await self._store.release_lock(conv.tenant, conv.conversation_id, token)

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.clients import openai_client
+from tests.support.clients import admin_get, openai_client
 from tests.support.config import summarizing
 from tests.support.provider import SYSTEM, Provider, check_sent
 from tests.support.settle import settle
@@ -121,4 +121,20 @@ def test_a_summary_superseded_before_it_was_applied_is_counted_unused(
     run.history[1] = {"role": "user", "content": _filler(99, 300)}
     run.turn(_filler(100, 300))
     assert provider.summaries == 2
+    assert _unused(run.server) == 1
+
+
+def test_a_conversation_deleted_with_an_unapplied_summary_counts_it_unused(
+    mock, provider: Provider, start_proxy
+) -> None:
+    run = Run(start_proxy(summarizing(mock.url, policy=PACED, mode="ahead")), provider)
+    for turn in range(40):
+        if run.turn(_filler(turn, 300))["summaries"]:
+            break
+    assert provider.summaries == 1 and _unused(run.server) == 0
+    deleted = admin_get(run.server, "/conversations/conv-1", method="DELETE").json()
+    assert deleted == {"deleted": True}
+    assert _unused(run.server) == 1
+    # Deleting what is no longer there counts nothing more.
+    admin_get(run.server, "/conversations/conv-1", method="DELETE")
     assert _unused(run.server) == 1
