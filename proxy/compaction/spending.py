@@ -65,8 +65,9 @@ def ledger_of(entry: Entry | None) -> tuple[Ledger, float | None]:
 
 
 def ledger_view(entry: Entry | None) -> dict[str, Any] | None:
-    """The ledger as the admin API shows it: its totals, net saving and last use."""
-    if entry is None:
+    """The ledger as the admin API shows it: its totals, net saving and last use (None: no
+    request or summary priced yet, only other keys such as the pace)."""
+    if entry is None or "v" not in entry:
         return None
     ledger, at = ledger_of(entry)
     return {
