@@ -60,6 +60,13 @@ class Run:
         self.turns.append(seen)
         return seen
 
+    def near_and_first_summary(self) -> tuple[int, int]:
+        """The first turn past soft_fraction, and the turn after which the first summary was
+        made."""
+        near = next(i for i, t in enumerate(self.turns) if t["before"] > TRIGGER * 0.5)
+        first = next(i for i, t in enumerate(self.turns) if t["summaries"] > 0)
+        return near, first
+
 
 def _unused(server) -> float:
     metrics = httpx.get(f"{server.url}/metrics").text
@@ -80,9 +87,8 @@ def test_slow_growth_waits_until_the_trigger_is_two_turns_away(
     run = Run(start_proxy(summarizing(mock.url, policy=PACED, mode="ahead")), provider)
     _grow_until_applied(run, words=30)
     turns = run.turns
-    first = next(i for i, t in enumerate(turns) if t["summaries"] > 0)  # made after turn `first`
+    near, first = run.near_and_first_summary()
     growth = (turns[-1]["before"] - turns[0]["before"]) / (len(turns) - 1)
-    near = next(i for i, t in enumerate(turns) if t["before"] > TRIGGER * 0.5)
     # Many turns were near before it started: before this change it started at `near`.
     assert first - near >= 5, (near, first)
     # It started when the trigger was at most two turns (and a little rounding) away ...
@@ -101,8 +107,7 @@ def test_fast_growth_summarizes_as_soon_as_near_as_before(
     run = Run(start_proxy(summarizing(mock.url, policy=PACED, mode="ahead")), provider)
     _grow_until_applied(run, words=300)
     turns = run.turns
-    near = next(i for i, t in enumerate(turns) if t["before"] > TRIGGER * 0.5)
-    first = next(i for i, t in enumerate(turns) if t["summaries"] > 0)
+    near, first = run.near_and_first_summary()
     assert first == near  # the first near turn: within two turns of the trigger
     assert turns[-1]["outcome"] == "applied" and turns[-1]["before"] > TRIGGER
 
