@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.clients import admin_get, openai_client
 from tests.support.config import summarizing
@@ -81,10 +82,24 @@ def _grow_until_applied(run: Run, words: int, limit: int = 80) -> None:
     raise AssertionError("the trigger never fired")
 
 
+@pytest.fixture
+def run(mock, provider: Provider, start_proxy) -> Run:
+    """A conversation through a proxy with the PACED policy in ahead mode."""
+    return Run(start_proxy(summarizing(mock.url, policy=PACED, mode="ahead")), provider)
+
+
+def _until_made_ahead(run: Run) -> None:
+    """Fast turns until a summary is made ahead, before the trigger fires."""
+    for turn in range(40):
+        if run.turn(_filler(turn, 300))["summaries"]:
+            break
+    assert run.turns[-1]["outcome"] == "skipped" and run.provider.summaries == 1
+    assert _unused(run.server) == 0
+
+
 def test_slow_growth_waits_until_the_trigger_is_two_turns_away(
-    mock, provider: Provider, start_proxy
+    run: Run, provider: Provider
 ) -> None:
-    run = Run(start_proxy(summarizing(mock.url, policy=PACED, mode="ahead")), provider)
     _grow_until_applied(run, words=30)
     turns = run.turns
     near, first = run.near_and_first_summary()
@@ -101,10 +116,7 @@ def test_slow_growth_waits_until_the_trigger_is_two_turns_away(
     assert _unused(run.server) == 0
 
 
-def test_fast_growth_summarizes_as_soon_as_near_as_before(
-    mock, provider: Provider, start_proxy
-) -> None:
-    run = Run(start_proxy(summarizing(mock.url, policy=PACED, mode="ahead")), provider)
+def test_fast_growth_summarizes_as_soon_as_near_as_before(run: Run) -> None:
     _grow_until_applied(run, words=300)
     turns = run.turns
     near, first = run.near_and_first_summary()
@@ -113,14 +125,9 @@ def test_fast_growth_summarizes_as_soon_as_near_as_before(
 
 
 def test_a_summary_superseded_before_it_was_applied_is_counted_unused(
-    mock, provider: Provider, start_proxy
+    run: Run, provider: Provider
 ) -> None:
-    run = Run(start_proxy(summarizing(mock.url, policy=PACED, mode="ahead")), provider)
-    for turn in range(40):  # until a summary is made ahead, before the trigger fires
-        if run.turn(_filler(turn, 300))["summaries"]:
-            break
-    assert run.turns[-1]["outcome"] == "skipped" and provider.summaries == 1
-    assert _unused(run.server) == 0
+    _until_made_ahead(run)
     # The client edits its first message: the stored summary no longer matches this history,
     # the next one starts afresh (it does not extend the first), which is never applied.
     run.history[1] = {"role": "user", "content": _filler(99, 300)}
@@ -129,14 +136,8 @@ def test_a_summary_superseded_before_it_was_applied_is_counted_unused(
     assert _unused(run.server) == 1
 
 
-def test_a_conversation_deleted_with_an_unapplied_summary_counts_it_unused(
-    mock, provider: Provider, start_proxy
-) -> None:
-    run = Run(start_proxy(summarizing(mock.url, policy=PACED, mode="ahead")), provider)
-    for turn in range(40):
-        if run.turn(_filler(turn, 300))["summaries"]:
-            break
-    assert provider.summaries == 1 and _unused(run.server) == 0
+def test_a_conversation_deleted_with_an_unapplied_summary_counts_it_unused(run: Run) -> None:
+    _until_made_ahead(run)
     deleted = admin_get(run.server, "/conversations/conv-1", method="DELETE").json()
     assert deleted == {"deleted": True}
     assert _unused(run.server) == 1
