@@ -10,6 +10,7 @@ holds. The admin API's preview and forced compaction use the same parts
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from proxy.compaction.ahead import AheadOfTime
@@ -18,6 +19,7 @@ from proxy.compaction.calibration import Calibration
 from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming
 from proxy.compaction.model_info import ModelInfos
+from proxy.compaction.pace import Paces
 from proxy.compaction.planning import plan_with
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import NoReview, PlanReview
@@ -62,6 +64,7 @@ class Compactor:
         tenancy = tenancy or store.tenancy  # the app's; a store built apart keys by its own
         self.settings = settings
         self.counter = counter
+        self._store = store
         models = ModelInfos(windows, calibration)
         self._conversations = Conversations(
             tenancy=tenancy, calibration=calibration, models=models, facts=counter.facts
@@ -71,6 +74,8 @@ class Compactor:
         self.spending = Spending(
             prices=prices or PriceTable(), ledgers=store.ledgers, listeners=listeners
         )
+        # Each conversation's growth and its summaries not applied yet (ahead mode, issue 19).
+        self.paces = Paces(store.ledgers, listeners)
         self._summaries = Summaries(
             store=store,
             stored=self._stored,
@@ -79,6 +84,7 @@ class Compactor:
             settings=settings.summarizer,
             listeners=listeners,
             spending=self.spending,
+            paces=self.paces,
         )
         self._rewriter = Rewriter(
             settings,
@@ -101,6 +107,7 @@ class Compactor:
             review=review or NoReview(),
             listeners=listeners,
             spending=self.spending,
+            paces=self.paces,
         )
 
     # --- the request path ---------------------------------------------------------------------
@@ -138,6 +145,12 @@ class Compactor:
     async def deepest_checkpoint(self, conv: Conversation) -> Checkpoint | None:
         """The stored checkpoint deepest in this history (one store read)."""
         return await self._stored.deepest(conv)
+
+    async def forget(self, tenant: str, conversation_id: str) -> bool:
+        """Delete the conversation from the store (True if it was stored), counting the
+        summaries it held that no request applied. StoreError when that cannot be done."""
+        delete = partial(self._store.delete, tenant, conversation_id)
+        return await self.paces.forgetting(tenant, conversation_id, delete)
 
     def plan(
         self, conv: Conversation, checkpoint: Checkpoint | None, *, force: bool = False

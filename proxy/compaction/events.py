@@ -70,6 +70,15 @@ class AheadOfTimeDropped:
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryUnused:
+    """Summaries made and never applied: superseded by a newer summary that does not extend
+    them (``count``: the superseded one and those it extended, none applied)."""
+
+    policy: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class WindowDiscovered:
     """A model's window was asked of the provider's /models (``outcome``: ok, missing, failed)."""
 

@@ -24,6 +24,7 @@ from proxy.compaction.decision import Decision, Incoming
 from proxy.compaction.follow_up import PlannedFollowUp
 from proxy.compaction.model_info import ModelInfos
 from proxy.compaction.offload import is_heavy, work
+from proxy.compaction.pace import Paces, due
 from proxy.compaction.planning import must_summarize_now, outcome_of, plan_with
 from proxy.compaction.policies import choose_policy
 from proxy.compaction.render import OFF, decided, render
@@ -64,6 +65,7 @@ class Rewriter:
         review: PlanReview,
         listeners: Listeners,
         spending: Spending | None = None,
+        paces: Paces | None = None,
     ) -> None:
         self._settings = settings
         self._tenancy = tenancy
@@ -77,6 +79,7 @@ class Rewriter:
         self._review = review
         self._listeners = listeners
         self._spending = spending
+        self._paces = paces
 
     def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
         """The response headers of a request the headers alone send through untouched, or None.
@@ -160,12 +163,15 @@ class Rewriter:
                 outcome = "failed"
             wanted = current.summary_request
         pending = None
-        if wanted is not None and current.near and policy.mode == "ahead":
+        ahead = wanted is not None and current.near and policy.mode == "ahead"
+        if ahead and wanted is not None and await self._ahead_due(conv, current):
             fired = bool(current.fired)
             pending = self._ahead.pending(conv, wanted, current.applied_checkpoint, fired=fired)
         outcome = outcome or outcome_of(current, pending=pending is not None)
         current = await self._review.before_send(conv, current)
         self._listeners.emit(decided(conv, current, outcome))
+        if self._paces is not None and policy.strategy == "summarize":
+            self._paces.seen(conv, current)
         sent, added = await work(heavy, partial(render, conv, current, messages, outcome))
         follow_up = PlannedFollowUp(
             conv,
@@ -183,6 +189,13 @@ class Rewriter:
             follow_up=follow_up,
             streaming=body.get("stream") is True,
         )
+
+    async def _ahead_due(self, conv: Conversation, current: Plan) -> bool:
+        """Whether the summary a near trigger asks for is made after this answer: when the
+        conversation's growth reaches the trigger within ``ahead_turns`` (``proxy.compaction.pace``)."""
+        if current.fired or self._paces is None:
+            return True
+        return due(conv, current, await self._paces.read(conv))
 
     def _neutral_of(
         self, dialect: Translator, body: dict[str, Any], facts: FactLookup

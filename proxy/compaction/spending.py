@@ -65,8 +65,9 @@ def ledger_of(entry: Entry | None) -> tuple[Ledger, float | None]:
 
 
 def ledger_view(entry: Entry | None) -> dict[str, Any] | None:
-    """The ledger as the admin API shows it: its totals, net saving and last use."""
-    if entry is None:
+    """The ledger as the admin API shows it: its totals, net saving and last use (None: no
+    request or summary priced yet, only other keys such as the pace)."""
+    if entry is None or "v" not in entry:
         return None
     ledger, at = ledger_of(entry)
     return {
@@ -108,7 +109,8 @@ class Spending:
             warm = at is not None and 0 <= now - at < CACHE_TTL_SECONDS
             updated = add_request(ledger, usage, price, full_prompt_tokens=full, warm=warm)
             before_after[:] = [ledger, updated]
-            return {**updated.to_dict(), "at": now, "model": conv.model}
+            # Other keys beside the ledger (the pace, proxy.compaction.pace) stay as they are.
+            return {**(entry or {}), **updated.to_dict(), "at": now, "model": conv.model}
 
         async def record() -> None:
             if await self._ledgers.update(conv.tenant, conv.conversation_id, edit) is None:
@@ -137,8 +139,7 @@ class Spending:
 
         def edit(entry: Entry | None) -> Entry:
             ledger, _ = ledger_of(entry)
-            extra = {k: entry[k] for k in ("at", "model") if entry and k in entry}
-            return {**add_summary(ledger, usage, price).to_dict(), **extra}
+            return {**(entry or {}), **add_summary(ledger, usage, price).to_dict()}
 
         async def record() -> None:
             await self._ledgers.update(conv.tenant, conv.conversation_id, edit)

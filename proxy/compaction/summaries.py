@@ -20,6 +20,7 @@ from functools import partial
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryFailed, SummaryMade, SummaryStored
 from proxy.compaction.offload import work
+from proxy.compaction.pace import Paces
 from proxy.compaction.planning import AHEAD
 from proxy.compaction.spending import Spending
 from proxy.compaction.stored import StoredCheckpoints
@@ -50,6 +51,7 @@ class Summaries:
         settings: SummarizerSettings,
         listeners: Listeners,
         spending: Spending | None = None,
+        paces: Paces | None = None,
     ) -> None:
         self._store = store
         self._stored = stored
@@ -58,6 +60,7 @@ class Summaries:
         self._settings = settings
         self._listeners = listeners
         self._spending = spending
+        self._paces = paces
 
     async def summarize_now(
         self, conv: Conversation, wanted: SummaryRequest, parent_id: str | None, *, mode: str
@@ -116,6 +119,8 @@ class Summaries:
             self._listeners.emit(
                 SummaryStored(conv.tenant, conv.conversation_id, conv.policy_name, checkpoint)
             )
+            if self._paces is not None:
+                await self._paces.stored(conv, checkpoint)
             return checkpoint
         finally:
             await self._store.release_lock(conv.tenant, conv.conversation_id, token)

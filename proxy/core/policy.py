@@ -197,6 +197,12 @@ class PolicySettings(PolicyModel):
     soft_fraction: float = Field(
         0.8, gt=0, le=1, description="Fraction of a trigger at which ahead-mode starts a summary."
     )
+    ahead_turns: float = Field(
+        2,
+        ge=0,
+        description="ahead: past soft_fraction, start the summary only when the conversation's "
+        "measured growth reaches the trigger within this many turns (0: at once).",
+    )
     trigger: TriggerSettings = Field(
         default_factory=TriggerSettings,
         description="Thresholds that start a compaction; any one fires, 0 or [] turns one off.",

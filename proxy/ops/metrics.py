@@ -24,6 +24,7 @@ from proxy.compaction.events import (
     SummaryMade,
     SummaryOmitted,
     SummaryPriced,
+    SummaryUnused,
     WindowDiscovered,
     WindowLearned,
 )
@@ -124,6 +125,13 @@ class Metrics:
         self.background_dropped = Counter(
             "proxy_background_dropped", "Background summaries dropped (queue full).", registry=r
         )
+        self.summaries_unused = Counter(
+            "proxy_summaries_unused",
+            "Summaries made and never applied: superseded by a newer summary that does not "
+            "extend them (ahead mode, docs/policies.md), by policy.",
+            ["policy"],
+            registry=r,
+        )
         self.window_discoveries = Counter(
             "proxy_window_discoveries",
             "Context windows asked of the provider's /models, by outcome (ok, missing: the "
@@ -212,6 +220,7 @@ class Metrics:
         listeners.subscribe(CalibrationSampled, self._calibration_sampled)
         listeners.subscribe(RequestPriced, self._request_priced)
         listeners.subscribe(SummaryPriced, self._summary_priced)
+        listeners.subscribe(SummaryUnused, self._summary_unused)
 
     def _compaction(self, event: CompactionDecided) -> None:
         self.child(self.compactions, event.strategy, event.outcome).inc()
@@ -262,6 +271,9 @@ class Metrics:
     def _summary_priced(self, event: SummaryPriced) -> None:
         self.child(self.dollars, event.policy, "summarizer").inc(event.dollars)
         self.child(self.dollars_net_saved, event.policy).dec(event.dollars)
+
+    def _summary_unused(self, event: SummaryUnused) -> None:
+        self.child(self.summaries_unused, event.policy).inc(event.count)
 
     def watch(self, collect: Callable[[], Iterator]) -> None:
         """Add metrics read at scrape time (store counters and health)."""

@@ -54,6 +54,10 @@ class AdminCompaction:
         )
         return self._compactor.plan(conv, None)
 
+    async def forget(self, tenant: str, conversation_id: str) -> bool:
+        """Delete the conversation (its unapplied summaries counted as unused)."""
+        return await self._compactor.forget(tenant, conversation_id)
+
     async def compact_now(
         self,
         tenant: str,

@@ -154,7 +154,7 @@ def admin_routes(
         return AdminJSON(describe_checkpoint(checkpoint))
 
     async def forget(request: Request, tenant: str) -> Response:
-        deleted = await store.delete(tenant, _conversation_id(request))
+        deleted = await compaction.forget(tenant, _conversation_id(request))
         return AdminJSON({"deleted": deleted})
 
     async def edit_summary(request: Request, tenant: str, *, patch: bool) -> Response:
