@@ -288,6 +288,7 @@ class AnthropicMessages:
 
     name = "messages"
     history_field = "messages"
+    cache_key_field = None  # Anthropic caches at cache_control breakpoints (see render)
     records = False
 
     def parse(self, raw: bytes) -> dict[str, Any]:
