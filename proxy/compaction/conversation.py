@@ -42,6 +42,9 @@ class Conversation:
     heavy: bool = False  # big enough that CPU work runs off the event loop
     dialect: Translator | None = None  # parses the body, renders the plan back (None: admin)
     tools: object = None  # the tool schemas, counted as part of the prompt
+    # The provider's cache bucket for this conversation (OpenAI's prompt_cache_key): derived
+    # from the tenant and the id, never the id itself; "" when none is set.
+    cache_key: str = ""
 
     @property
     def route(self) -> str:
@@ -97,4 +100,9 @@ class Conversations:
             dialect=dialect,
             tools=neutral.tools,
             facts=facts if facts is not None else self._facts,
+            cache_key=(
+                self._tenancy.prompt_cache_key(tenant, conversation_id)
+                if policy.prompt_cache_key
+                else ""
+            ),
         )

@@ -21,6 +21,20 @@ def decided(conv: Conversation, current: Plan, outcome: str) -> CompactionDecide
     )
 
 
+def with_cache_key(conv: Conversation, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the conversation's prompt cache key when its API has the field, the policy
+    sets it and the client sent none (the client's own value, even null, is never replaced).
+
+    Only a body the proxy rewrites carries it: one it leaves alone goes out as the client's
+    bytes. A compacted conversation stays compacted (an applied summary stays active, a stub
+    stays), so from its first rewritten request on, every request of it carries the same key
+    and is routed to the same cache (issue 19)."""
+    field = conv.dialect.cache_key_field if conv.dialect is not None else None
+    if field is None or not conv.cache_key or field in body:
+        return body
+    return {**body, field: conv.cache_key}
+
+
 def render(
     conv: Conversation,
     current: Plan,
@@ -36,6 +50,6 @@ def render(
         body = conv.raw  # nothing changed: the client's bytes go out
     else:
         # Deterministic encoding, so the same plan is the same bytes (provider prompt caches).
-        body = wirejson.encode(conv.dialect.render(conv.body, current))
+        body = wirejson.encode(with_cache_key(conv, conv.dialect.render(conv.body, current)))
     headers = protocol.response_headers(outcome, current, policy=conv.policy_name, retried=retried)
     return body, headers

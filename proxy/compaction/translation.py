@@ -28,6 +28,9 @@ class Translator(Protocol):
 
     name: str  # the route label of metrics, logs and hooks
     history_field: str  # the body field holding the conversation, named in errors
+    # The body field that names a prompt cache bucket (OpenAI's prompt_cache_key), set on a
+    # body the proxy rewrites when the client sent none; None: the API has no such field.
+    cache_key_field: str | None
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         """The parsed body; InvalidRequest when no request of this dialect could be valid."""

@@ -223,6 +223,11 @@ class PolicySettings(PolicyModel):
         default_factory=PolicySummarizer,
         description="This policy's summarizer: keys set here override the global summarizer's.",
     )
+    prompt_cache_key: bool = Field(
+        True,
+        description="OpenAI routes: a body the proxy rewrites carries a prompt_cache_key derived "
+        "from the tenant and conversation (never the raw id) when the client sent none.",
+    )
 
     @field_validator("strategy", mode="before")
     @classmethod

@@ -23,6 +23,8 @@ move the marks every turn, and a hash that saw them would never match a checkpoi
 
 Rendering puts the summary (and any notice) into ``system`` as more text blocks after the
 client's, and the kept wire messages back unchanged, but for the tool results the plan cleared.
+The last injected block gets a cache breakpoint when the request has room for one
+(``proxy.dialects.anthropic_cache``), so the compacted prefix is cached.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 from proxy import wirejson
 from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
+from proxy.dialects.anthropic_cache import with_injected_mark
 from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.errors import InvalidRequest, ProxyError
@@ -249,6 +252,11 @@ def _render_system(body: dict[str, Any], plan: Plan) -> tuple[bool, object]:
     return True, blocks + added
 
 
+def _injected(plan: Plan) -> bool:
+    """Whether the plan put text of its own into ``system`` (a summary, a notice)."""
+    return any(m.get("role") == "system" and m.get(WIRE) is None for m in plan.messages)
+
+
 def _render_messages(plan: Plan) -> list[dict[str, Any]]:
     # (the wire message's list, tool_use_id) of every tool result the plan replaced by a stub
     cleared = {
@@ -288,6 +296,7 @@ class AnthropicMessages:
 
     name = "messages"
     history_field = "messages"
+    cache_key_field = None  # Anthropic caches at cache_control breakpoints (see render)
     records = False
 
     def parse(self, raw: bytes) -> dict[str, Any]:
@@ -306,6 +315,8 @@ class AnthropicMessages:
             out["system"] = system
         else:
             out.pop("system", None)
+        if _injected(plan):
+            return with_injected_mark(out)  # the compacted prefix ends with what was injected
         return out
 
     def error_body(self, error: ProxyError) -> bytes:

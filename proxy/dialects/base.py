@@ -37,6 +37,9 @@ class Dialect(Protocol):
 
     name: str  # the route label of metrics and logs
     history_field: str  # the body field holding the conversation, named in errors
+    # The body field that names a prompt cache bucket (OpenAI's prompt_cache_key), set on a
+    # body the proxy rewrites when the client sent none; None: the API has no such field.
+    cache_key_field: str | None
     # Its bodies are transcripts ``compaction-proxy eval`` replays as they are (chat-shaped):
     # the recorder (``record.path``) keeps them.
     records: bool

@@ -35,6 +35,7 @@ class ChatCompletions:
 
     name = "chat"
     history_field = "messages"
+    cache_key_field = "prompt_cache_key"
     records = True
 
     def parse(self, raw: bytes) -> dict[str, Any]:

@@ -269,6 +269,7 @@ class Responses:
 
     name = "responses"
     history_field = "input"
+    cache_key_field = "prompt_cache_key"
     records = False
 
     def parse(self, raw: bytes) -> dict[str, Any]:

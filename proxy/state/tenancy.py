@@ -157,6 +157,12 @@ class Tenancy:
         record prefix, so the admin listing never takes it for a conversation."""
         return f"{KEY_PREFIX}:g:{self._mac('ledger', tenant, conversation_id)}"
 
+    def prompt_cache_key(self, tenant: str, conversation_id: str) -> str:
+        """The ``prompt_cache_key`` a conversation's rewritten OpenAI requests carry (issue 19):
+        stable for the conversation, so its turns share the provider's cache routing, and
+        meaningless without the secret (the provider never learns the id or the tenant)."""
+        return "cpx-" + self._mac("prompt-cache", tenant, conversation_id)
+
     def tenant_prefix(self, tenant: str) -> str:
         """The key prefix of one tenant's records (for the admin listing)."""
         return f"{KEY_PREFIX}:r:{self._mac('tenant-tag', tenant)[:16]}:"

@@ -31,7 +31,7 @@ from proxy.errors import InvalidRequest, PayloadTooLarge, UpstreamTimeout, Upstr
 from proxy.proxying.targets import AnthropicTarget, OpenAITarget, targets
 from proxy.types import HeaderView
 from tests.dialects.planning import plan_body
-from tests.support.anthropic_provider import problems, summaries_in, system_texts
+from tests.support.anthropic_provider import cache_marks, problems, summaries_in, system_texts
 
 Body = dict[str, Any]
 MARK = {"type": "ephemeral"}
@@ -171,6 +171,13 @@ def test_every_rendered_body_is_a_valid_request(body: Body, policy: PolicySettin
     assert len(summaries) <= 1
     client_system = system_texts(original)
     assert system_texts(rendered)[: len(client_system)] == client_system
+    # The proxy marks at most what it injected, its last block, and never as a fifth mark.
+    system = rendered.get("system")
+    injected = system[len(client_system) :] if isinstance(system, list) else []
+    marked = [i for i, b in enumerate(injected) if "cache_control" in b]
+    assert marked in ([], [len(injected) - 1])
+    if marked:
+        assert len(cache_marks(rendered)) <= 4
     if isinstance(original.get("system"), list):
         assert rendered["system"][: len(original["system"])] == original["system"]  # marks too
     # Every sent message is one the client sent, but for a cleared result's content; the newest

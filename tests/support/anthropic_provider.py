@@ -4,7 +4,8 @@ proxy's ``upstream.anthropic_base_url``), on top of MockUpstream.
 It reads requests with its own translation, written from Anthropic's API reference and never
 from the proxy's adapter, and refuses what the real API refuses: a first turn that is not the
 user's, a ``tool_result`` that does not answer a ``tool_use`` of the assistant turn just before
-it, a ``tool_use`` left unanswered by the next turn. A refusal is a 400 in Anthropic's shape, so
+it, a ``tool_use`` left unanswered by the next turn, more than four ``cache_control`` marks, a
+mark of an hour's TTL after one of five minutes. A refusal is a 400 in Anthropic's shape, so
 a test that sees one knows the proxy sent something invalid.
 
 Replies: a user text with ``TOOL`` starts a run of tool rounds (each reply a signed ``thinking``
@@ -83,6 +84,37 @@ def blocks(content: object) -> list[dict[str, Any]]:
     return list(content) if isinstance(content, list) else []
 
 
+def cache_marks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's cache_control marks in prompt order: tools, system, messages (nested tool
+    result blocks too), then the top-level one (it lands on the last cacheable block)."""
+
+    def within(items: object) -> list[dict[str, Any]]:
+        found = []
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict):
+                if item.get("cache_control"):
+                    found.append(item["cache_control"])
+                found += within(item.get("content"))
+        return found
+
+    marks = within(body.get("tools")) + within(body.get("system"))
+    for turn in body.get("messages") or []:
+        marks += within(turn.get("content"))
+    return marks + ([body["cache_control"]] if body.get("cache_control") else [])
+
+
+def mark_problems(body: dict[str, Any]) -> list[str]:
+    """What the real API would refuse in this request's cache marks."""
+    found = []
+    marks = cache_marks(body)
+    if len(marks) > 4:
+        found.append(f"A maximum of 4 blocks with cache_control may be provided: {len(marks)}")
+    ttls = [m.get("ttl", "5m") for m in marks]
+    if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
+        found.append("a cache_control of ttl 1h must not come after one of ttl 5m")
+    return found
+
+
 def problems(body: dict[str, Any]) -> list[str]:
     """What the real API would refuse in this request's conversation."""
     found = []
@@ -134,7 +166,7 @@ class AnthropicProvider:
         if request.path != "/v1/messages" or request.method != "POST":
             return error(f"{request.method} {request.path}: not found", "not_found_error", 404)
         body = request.json()
-        refused = problems(body)
+        refused = problems(body) + mark_problems(body)
         if refused:
             return error("; ".join(refused))
         messages = body["messages"]
