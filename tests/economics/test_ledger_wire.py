@@ -22,6 +22,7 @@ from proxy.errors import StoreError
 from proxy.state.conversations import Store
 from proxy.state.store.memory import MemoryBackend
 from proxy.state.tenancy import Tenancy
+from tests.support.anthropic_provider import message, sse_events
 from tests.support.clients import KEY, admin_get, openai_client
 from tests.support.config import (
     EVERY_THREE_INTERACTIONS,
@@ -102,55 +103,17 @@ class CachingChat(ChatScript):
 def claude_reply(request: Received) -> Reply:
     """Anthropic Messages with cache figures; a stream states its input figures only in
     ``message_start``, and its text is long enough to push that out of the proxy's tail."""
-    body = request.json()
     usage = {
         "input_tokens": 100,
         "cache_read_input_tokens": 1800,
         "cache_creation_input_tokens": 100,
         "output_tokens": 40,
     }
-    message = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": CLAUDE,
-        "content": [{"type": "text", "text": "ok"}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": usage,
-    }
-    if not body.get("stream"):
-        return json_reply(message)
-    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("message_start", {"type": "message_start", "message": start}),
-        (
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-        ),
-    ]
-    for i in range(200):  # ~20 KB of text: the head is long gone from an 8 KB tail
-        delta = {"type": "text_delta", "text": f"word{i} " * 10}
-        events.append(
-            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
-        )
-    events += [
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": 40},
-            },
-        ),
-        ("message_stop", {"type": "message_stop"}),
-    ]
-    return sse_reply([f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events])
+    if not request.json().get("stream"):
+        return json_reply(message([{"type": "text", "text": "ok"}], model=CLAUDE, usage=usage))
+    # ~20 KB of text: the head is long gone from an 8 KB tail.
+    pieces = [f"word{i} " * 10 for i in range(200)]
+    return sse_reply(sse_events("".join(pieces), model=CLAUDE, pieces=pieces, usage=usage))
 
 
 def ledger_after(server: ThreadedUvicorn, conversation: str, requests: int, *, key: str = KEY):

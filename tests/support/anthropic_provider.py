@@ -30,7 +30,16 @@ def error(message: str, kind: str = "invalid_request_error", status: int = 400) 
     return json_reply({"type": "error", "error": {"type": kind, "message": message}}, status)
 
 
-def message(content: list[dict[str, Any]], *, model: str, stop: str = "end_turn") -> dict:
+DEFAULT_USAGE = {"input_tokens": 10, "output_tokens": 5}
+
+
+def message(
+    content: list[dict[str, Any]],
+    *,
+    model: str,
+    stop: str = "end_turn",
+    usage: dict[str, int] | None = None,
+) -> dict:
     return {
         "id": "msg_mock",
         "type": "message",
@@ -39,14 +48,24 @@ def message(content: list[dict[str, Any]], *, model: str, stop: str = "end_turn"
         "content": content,
         "stop_reason": stop,
         "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 5},
+        "usage": dict(usage or DEFAULT_USAGE),
     }
 
 
-def sse_events(text: str, *, model: str) -> list[bytes | float]:
-    """A streamed text answer as Anthropic's event sequence."""
-    start = message([], model=model)
+def sse_events(
+    text: str,
+    *,
+    model: str,
+    pieces: list[str] | None = None,
+    usage: dict[str, int] | None = None,
+) -> list[bytes | float]:
+    """A streamed text answer as Anthropic's event sequence: ``pieces`` (default: ``text`` in
+    two), and ``usage`` as the API reports it (``message_start`` states the input figures with
+    1 output token when ``usage`` is given; ``message_delta`` the output tokens)."""
+    start = message([], model=model, usage=usage)
     start["stop_reason"] = None
+    if usage is not None:
+        start["usage"]["output_tokens"] = 1
     events: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"type": "message_start", "message": start}),
         (
@@ -58,7 +77,7 @@ def sse_events(text: str, *, model: str) -> list[bytes | float]:
             },
         ),
     ]
-    for piece in (text[:5], text[5:]):
+    for piece in pieces if pieces is not None else (text[:5], text[5:]):
         delta = {"type": "text_delta", "text": piece}
         events.append(
             ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
@@ -70,7 +89,7 @@ def sse_events(text: str, *, model: str) -> list[bytes | float]:
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": 5},
+                "usage": {"output_tokens": (usage or DEFAULT_USAGE)["output_tokens"]},
             },
         ),
         ("message_stop", {"type": "message_stop"}),
