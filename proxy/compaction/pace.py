@@ -25,13 +25,13 @@ failed write loses a sample, never a request.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryUnused
+from proxy.compaction.pending import PendingWrites
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.planner import Plan
 from proxy.economics.decision import turns_to_reach
@@ -43,7 +43,6 @@ logger = logging.getLogger("proxy.compaction")
 
 PACE_KEY = "pace"  # the record's key inside the ledger entry
 MIN_SAMPLES = 2  # growing requests seen before the growth is trusted
-MAX_PENDING_WRITES = 1024
 # Triggers measured on the prompt's tokens: the only ones a growth in tokens predicts.
 _PROMPT_TRIGGERS = frozenset({"input_tokens", "context_fraction"})
 
@@ -126,7 +125,7 @@ class Paces:
     def __init__(self, ledgers: Ledgers, listeners: Listeners) -> None:
         self._ledgers = ledgers
         self._listeners = listeners
-        self._writes: set[asyncio.Task[bool]] = set()
+        self._writes = PendingWrites("pace write")
 
     async def read(self, conv: Conversation) -> Pace | None:
         """The conversation's record; None when the store did not answer."""
@@ -146,7 +145,7 @@ class Paces:
                 pace = replace(pace, unapplied=None, unapplied_count=0)
             return pace
 
-        self._start(conv, change)
+        self._writes.start(lambda: self._write(conv, change))
 
     async def stored(self, conv: Conversation, checkpoint: Checkpoint) -> None:
         """Record a new summary; tell when it supersedes one never applied. Awaited where the
@@ -194,16 +193,6 @@ class Paces:
             logger.exception("pace update failed")
             return False
 
-    def _start(self, conv: Conversation, change: Callable[[Pace], Pace]) -> None:
-        """``_write`` as a task: the request path never waits for it."""
-        if len(self._writes) >= MAX_PENDING_WRITES:
-            logger.warning("pace write skipped: %d writes already pending", len(self._writes))
-            return
-        task = asyncio.get_running_loop().create_task(self._write(conv, change))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-
     async def join(self) -> None:
         """Wait for the writes under way (tests and shutdown)."""
-        while self._writes:
-            await asyncio.gather(*list(self._writes), return_exceptions=True)
+        await self._writes.join()

@@ -18,7 +18,6 @@ Whether the cache was warm is read from the ledger: its previous request less th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from typing import Any, get_args
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import RequestPriced, SummaryPriced
+from proxy.compaction.pending import PendingWrites
 from proxy.core.planner import Plan
 from proxy.economics.ledger import Ledger, add_request, add_summary
 from proxy.economics.prices import PriceTable
@@ -36,7 +36,6 @@ from proxy.state.ledgers import Entry, Ledgers
 logger = logging.getLogger("proxy.compaction")
 
 CACHE_TTL_SECONDS = 300.0  # Anthropic's default cache life; OpenAI's lasts 5-10 minutes idle
-MAX_PENDING_WRITES = 1024  # ledger writes in flight; beyond, one is skipped (logged)
 _WIRES = frozenset(get_args(Wire))
 
 
@@ -94,7 +93,7 @@ class Spending:
         self._ledgers = ledgers
         self._listeners = listeners
         self._clock = clock
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writes = PendingWrites("ledger write")
 
     def answered(self, conv: Conversation, sent: Plan, usage: BilledUsage) -> None:
         """Price one answered request (``sent``: the plan its body was rendered from) and
@@ -129,7 +128,7 @@ class Spending:
                 )
             )
 
-        self._start(record)
+        self._writes.start(record)
 
     def summary_made(self, conv: Conversation, model: str, usage: BilledUsage) -> None:
         """Price one summary (``usage``: all its calls) at ``model``'s price and add it to the
@@ -144,24 +143,8 @@ class Spending:
         async def record() -> None:
             await self._ledgers.update(conv.tenant, conv.conversation_id, edit)
 
-        self._start(record)
-
-    def _start(self, write: Callable[[], Any]) -> None:
-        if len(self._writes) >= MAX_PENDING_WRITES:
-            logger.warning("ledger write skipped: %d writes already pending", len(self._writes))
-            return
-        task = asyncio.get_running_loop().create_task(self._guarded(write))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-
-    @staticmethod
-    async def _guarded(write: Callable[[], Any]) -> None:
-        try:
-            await write()
-        except Exception:  # fail open: a ledger is an operator's view, never the request's
-            logger.exception("ledger update failed")
+        self._writes.start(record)
 
     async def join(self) -> None:
         """Wait for the ledger writes under way (tests and shutdown)."""
-        while self._writes:
-            await asyncio.gather(*list(self._writes), return_exceptions=True)
+        await self._writes.join()
