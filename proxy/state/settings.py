@@ -6,14 +6,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 
-
-class _Section(BaseModel):
-    """As ``proxy.config.sections.Section`` (unknown keys are errors, values frozen); its own so
-    that state imports nothing of config."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+from proxy.config.sections import Section as _Section
 
 
 class StoreSettings(_Section):
