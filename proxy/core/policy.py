@@ -54,6 +54,16 @@ class TriggerSettings(PolicyModel):
         description="simpleeval expressions over `message`; only interactions with a message "
         "matching all of them count towards the interaction triggers.",
     )
+    pays: bool = Field(
+        True,
+        description="Also fire when compacting now pays for itself at the model's prices, prompt "
+        "caching included (docs/cost.md#deciding-by-price); unpriced models never fire by price.",
+    )
+    pays_from_tokens: NonNegativeInt = Field(
+        32_000,
+        description="The price trigger looks only at prompts of at least N tokens: below it a "
+        "summary saves cents and may lose detail.",
+    )
 
     @model_validator(mode="after")
     def _check_expressions(self) -> TriggerSettings:
