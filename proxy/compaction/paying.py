@@ -42,6 +42,8 @@ CACHE_TTL_SECONDS = 300.0  # Anthropic's cache life; OpenAI keeps an idle prefix
 SUMMARY_SHARE = 0.1  # a summary is estimated at this share of what it reads...
 SUMMARY_FLOOR_TOKENS = 256  # ...and at least this many tokens
 INSTRUCTION_TOKENS = 600  # the summarizer's own prompt around the transcript
+# The turns still to come, as a share of those seen (the Lindy estimate: as many again).
+REMAINING_SHARE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,7 @@ class PriceTrigger:
             summary_input_tokens=summary_in,
             summary_output_tokens=summary_out,
             growth_per_turn=growth,
-            remaining_turns=float(pace.samples),
+            remaining_turns=pace.samples * REMAINING_SHARE,
             cache_warm=warm,
         )
         summarizer_price = self._prices.price(own.model)

@@ -28,6 +28,7 @@ from proxy.compaction.pace import Pace, Paces, due
 from proxy.compaction.paying import PriceTrigger
 from proxy.compaction.planning import must_summarize_now, outcome_of, plan_with
 from proxy.compaction.policies import choose_policy
+from proxy.compaction.prefix_summary import PrefixSource
 from proxy.compaction.render import OFF, decided, render
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import PlanReview
@@ -183,6 +184,9 @@ class Rewriter:
         if self._paces is not None and policy.strategy == "summarize":
             self._paces.seen(conv, current)
         sent, added = await work(heavy, partial(render, conv, current, messages, outcome))
+        if pending is not None and incoming.call is not None:
+            # The summary asked on the prompt the provider is about to cache (issue 19).
+            pending = replace(pending, prefix=PrefixSource(sent, dialect, incoming.call))
         follow_up = PlannedFollowUp(
             conv,
             current,

@@ -28,7 +28,7 @@ from proxy.compaction.events import RequestPriced, SummaryPriced
 from proxy.compaction.pending import PendingWrites
 from proxy.core.planner import Plan
 from proxy.economics.ledger import Ledger, add_request, add_summary
-from proxy.economics.prices import PriceTable
+from proxy.economics.prices import Price, PriceTable
 from proxy.economics.usage import BilledUsage, Wire, billed_usage
 from proxy.events import Listeners
 from proxy.state.ledgers import Entry, Ledgers
@@ -94,6 +94,10 @@ class Spending:
         self._listeners = listeners
         self._clock = clock
         self._writes = PendingWrites("ledger write")
+
+    def price(self, model: str) -> Price:
+        """``model``'s prices (the ``pricing:`` entries, then the built-in table)."""
+        return self._prices.price(model)
 
     def answered(self, conv: Conversation, sent: Plan, usage: BilledUsage) -> None:
         """Price one answered request (``sent``: the plan its body was rendered from) and

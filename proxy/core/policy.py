@@ -190,6 +190,10 @@ class PolicySummarizer(PolicyModel):
         description="The text the summary is framed with in the message sent (LangMem's "
         "final_prompt), {summary} where it goes, some text before it." + _INHERIT,
     )
+    cached_prefix: Literal["auto", "on", "off"] | None = Field(
+        None,
+        description="Ask the conversation's own model on the prompt it has cached." + _INHERIT,
+    )
 
     @field_validator("final_prompt")
     @classmethod
