@@ -184,6 +184,9 @@ class Rewriter:
         if self._paces is not None and policy.strategy == "summarize":
             self._paces.seen(conv, current)
         sent, added = await work(heavy, partial(render, conv, current, messages, outcome))
+        if policy.ledger_header and self._spending is not None:
+            ledger = await self._spending.header(conv)
+            added = added if ledger is None else [*added, ledger]
         if pending is not None and incoming.call is not None:
             # The summary asked on the prompt the provider is about to cache (issue 19).
             pending = replace(pending, prefix=PrefixSource(sent, dialect, incoming.call))

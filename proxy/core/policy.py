@@ -242,6 +242,11 @@ class PolicySettings(PolicyModel):
         description="OpenAI routes: a body the proxy rewrites carries a prompt_cache_key derived "
         "from the tenant and conversation (never the raw id) when the client sent none.",
     )
+    ledger_header: bool = Field(
+        False,
+        description="Answers carry X-Compaction-Ledger: the conversation's dollars so far (spent, "
+        "summarizer, saved against sending direct), up to the previous answer.",
+    )
 
     @field_validator("strategy", mode="before")
     @classmethod
