@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 from starlette.applications import Starlette
@@ -55,9 +56,12 @@ def create_app(
     store: Store | None = None,
     summarizer_for: SummarizerFactory | None = None,
     counter: TokenCounter | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Starlette:
     """The proxy as an ASGI app. The keyword arguments replace a real part (tests); by default
-    each is built from ``settings``, per process."""
+    each is built from ``settings``, per process. ``clock``: what compaction reads as the time
+    (seconds) to know whether a conversation's prompt cache is still warm (the cost bench's
+    simulated clock)."""
     metrics = Metrics()
     # What the routes and compaction tell operator features (metrics, hooks, export, recorder).
     listeners = Listeners()
@@ -109,6 +113,7 @@ def create_app(
         windows=windows,
         calibration=calibration,
         listeners=listeners,
+        clock=clock,
         review=hooks,
         tenancy=tenancy,
         prices=PriceTable(settings.pricing),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from proxy.compaction.background import BackgroundQueue
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import AheadOfTimeDropped
+from proxy.compaction.prefix_summary import PrefixSource
 from proxy.compaction.summaries import Summaries
 from proxy.core.planner import SummaryRequest
 from proxy.errors import SummarizerError
@@ -32,6 +33,8 @@ class PendingSummary:
     parent_id: str | None
     fired: bool  # a trigger fired (rather than only being near): it applies from the next turn
     ahead: AheadOfTime
+    # The request it follows, to ask the summary on the prompt just cached (None: quoted).
+    prefix: PrefixSource | None = None
 
     def schedule(self) -> None:
         """Queue it (must not block: called as the answer ends)."""
@@ -69,6 +72,7 @@ class AheadOfTime:
                 pending.parent_id,
                 mode="ahead",
                 triggered=pending.fired,
+                prefix=pending.prefix,
             )
         except SummarizerError as exc:
             logger.warning("background summary failed: %s", exc.message)

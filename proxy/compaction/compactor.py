@@ -10,6 +10,8 @@ holds. The admin API's preview and forced compaction use the same parts
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -20,6 +22,7 @@ from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming
 from proxy.compaction.model_info import ModelInfos
 from proxy.compaction.pace import Paces
+from proxy.compaction.paying import PriceTrigger
 from proxy.compaction.planning import plan_with
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import NoReview, PlanReview
@@ -59,6 +62,7 @@ class Compactor:
         review: PlanReview | None = None,
         tenancy: Tenancy | None = None,
         prices: PriceTable | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         listeners = listeners or Listeners()
         tenancy = tenancy or store.tenancy  # the app's; a store built apart keys by its own
@@ -71,11 +75,12 @@ class Compactor:
         )
         self._stored = StoredCheckpoints(store)
         # Each answer and summary priced into the conversation's ledger (issue 19).
+        prices = prices or PriceTable()
         self.spending = Spending(
-            prices=prices or PriceTable(), ledgers=store.ledgers, listeners=listeners
+            prices=prices, ledgers=store.ledgers, listeners=listeners, clock=clock
         )
-        # Each conversation's growth and its summaries not applied yet (ahead mode, issue 19).
-        self.paces = Paces(store.ledgers, listeners)
+        # Each conversation's growth, last request and summaries not applied yet (issue 19).
+        self.paces = Paces(store.ledgers, listeners, clock=clock)
         self._summaries = Summaries(
             store=store,
             stored=self._stored,
@@ -108,6 +113,7 @@ class Compactor:
             listeners=listeners,
             spending=self.spending,
             paces=self.paces,
+            price=PriceTrigger(settings, prices, counter),
         )
 
     # --- the request path ---------------------------------------------------------------------

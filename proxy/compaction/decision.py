@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from proxy.compaction.prefix_summary import ProviderCall
 from proxy.compaction.translation import Translator
 from proxy.state.tenancy import Credentials
 from proxy.types import HeaderView, RawHeaders
@@ -30,6 +31,9 @@ class Incoming:
     dialect: Translator  # translation only: parse, neutral conversation, render
     credentials: Credentials  # the caller's, valid for the provider this request goes to
     streamable: bool  # its body may go out unread (declared length within the limit)
+    # Sends a body like this one to the same provider endpoint with the caller's credentials
+    # (a summary on the cached prefix, proxy.compaction.prefix_summary); None: not offered.
+    call: ProviderCall | None = None
 
 
 class FollowUp(Protocol):

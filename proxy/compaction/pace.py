@@ -10,7 +10,8 @@ unknown (fewer than ``MIN_SAMPLES`` growing requests seen) it starts as before.
 The record is small and lives in the conversation's ledger entry (``proxy.state.ledgers``, under
 ``"pace"``: one sealed value, the store's TTL, compare-and-set), so every replica sees it:
 
-- ``seen`` after each planned request: the full history's tokens (the plan's ``tokens_before``)
+- ``seen`` after each planned request: its time (the price trigger's warm-cache test,
+  ``proxy.compaction.paying``), the full history's tokens (the plan's ``tokens_before``)
   and the running mean of what each growing request added (a retry, an edit or a fork that does
   not grow the history is no sample); a request that applied the unapplied summary clears it;
 - ``stored`` after each new summary: if the summary no request has applied yet is not the one
@@ -26,6 +27,7 @@ failed write loses a sample, never a request.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 
@@ -58,6 +60,7 @@ class Pace:
     unapplied: str | None = None
     unapplied_count: int = 0
     policy: str = ""  # the policy of the last request seen: what the metrics label
+    at: float | None = None  # when the last request was seen (the clock's seconds)
 
     @classmethod
     def from_entry(cls, entry: Entry | None) -> Pace:
@@ -67,6 +70,7 @@ class Pace:
         try:
             unapplied = raw.get("unapplied")
             policy = raw.get("policy")
+            at = raw.get("at")
             return cls(
                 tokens=int(raw.get("tokens", 0)),
                 samples=int(raw.get("samples", 0)),
@@ -74,6 +78,7 @@ class Pace:
                 unapplied=unapplied if isinstance(unapplied, str) else None,
                 unapplied_count=int(raw.get("unapplied_count", 0)),
                 policy=policy if isinstance(policy, str) else "",
+                at=float(at) if isinstance(at, int | float) else None,
             )
         except (TypeError, ValueError):
             return cls()
@@ -122,9 +127,12 @@ def due(conv: Conversation, current: Plan, pace: Pace | None) -> bool:
 class Paces:
     """Reads and updates each conversation's pace record (fail open)."""
 
-    def __init__(self, ledgers: Ledgers, listeners: Listeners) -> None:
+    def __init__(
+        self, ledgers: Ledgers, listeners: Listeners, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self._ledgers = ledgers
         self._listeners = listeners
+        self.clock = clock
         self._writes = PendingWrites("pace write")
 
     async def read(self, conv: Conversation) -> Pace | None:
@@ -138,9 +146,10 @@ class Paces:
     def seen(self, conv: Conversation, current: Plan) -> None:
         """Record one planned request (must not block)."""
         applied = current.applied_checkpoint if current.changed else None
+        now = self.clock()
 
         def change(pace: Pace) -> Pace:
-            pace = replace(pace.grown_to(current.tokens_before), policy=conv.policy_name)
+            pace = replace(pace.grown_to(current.tokens_before), policy=conv.policy_name, at=now)
             if applied is not None and applied == pace.unapplied:
                 pace = replace(pace, unapplied=None, unapplied_count=0)
             return pace

@@ -22,9 +22,11 @@ def plan_with(
     counter: TokenCounter,
     force: bool = False,
     budget: int = 0,
+    fire: tuple[str, ...] = (),
 ) -> Plan:
     """What the conversation's policy sends with ``checkpoint`` (``force``, ``budget``: a
-    compaction as hard as the rules allow, as for an overflow retry). Blocking: CPU work."""
+    compaction as hard as the rules allow, as for an overflow retry; ``fire``: triggers fired by a decision made outside the core,
+    the price trigger's). Blocking: CPU work."""
     prior = (
         PriorSummary(
             checkpoint.summary,
@@ -46,6 +48,7 @@ def plan_with(
         tools=conv.tools,
         force=force,
         budget_tokens=budget,
+        fire=fire,
     )
 
 

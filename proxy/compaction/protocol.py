@@ -7,7 +7,8 @@ Request headers (the client's): ``X-Compaction: off`` skips compaction for one r
 
 Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``skipped``,
 ``pending``, ``blocked``, ``failed``, ``off``), with the tokens before and after, the checkpoint
-applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder.
+applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder;
+``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ CHECKPOINT = "x-compaction-checkpoint"  # request: a pin; response: the checkpoi
 TOKENS_BEFORE = "x-compaction-tokens-before"
 TOKENS_AFTER = "x-compaction-tokens-after"
 RETRIED = "x-compaction-retried"
+LEDGER = "x-compaction-ledger"  # response: the conversation's dollars so far (ledger_header)
 
 # As errors name them (the case the docs write).
 POLICY_PARAM = "X-Compaction-Policy"
@@ -38,6 +40,7 @@ _CHECKPOINT = CHECKPOINT.encode()
 _TOKENS_BEFORE = TOKENS_BEFORE.encode()
 _TOKENS_AFTER = TOKENS_AFTER.encode()
 _RETRIED = (RETRIED.encode(), b"context_length_exceeded")
+_LEDGER = LEDGER.encode()
 
 
 def switched_off(headers: HeaderView) -> bool:
@@ -71,3 +74,14 @@ def response_headers(
     if retried:
         headers.append(_RETRIED)
     return headers
+
+
+def ledger_header(
+    requests: int, spent: float, summarizer: float, saved: float
+) -> tuple[bytes, bytes]:
+    """``X-Compaction-Ledger``: a conversation's totals in dollars, up to its previous answer
+    (an answer's own usage is known only at its end, after the headers went out)."""
+    value = (
+        f"requests={requests}; spent={spent:.6f}; summarizer={summarizer:.6f}; saved={saved:.6f}"
+    )
+    return _LEDGER, value.encode()

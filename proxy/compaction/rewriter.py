@@ -24,9 +24,11 @@ from proxy.compaction.decision import Decision, Incoming
 from proxy.compaction.follow_up import PlannedFollowUp
 from proxy.compaction.model_info import ModelInfos
 from proxy.compaction.offload import is_heavy, work
-from proxy.compaction.pace import Paces, due
+from proxy.compaction.pace import Pace, Paces, due
+from proxy.compaction.paying import PriceTrigger
 from proxy.compaction.planning import must_summarize_now, outcome_of, plan_with
 from proxy.compaction.policies import choose_policy
+from proxy.compaction.prefix_summary import PrefixSource
 from proxy.compaction.render import OFF, decided, render
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import PlanReview
@@ -66,6 +68,7 @@ class Rewriter:
         listeners: Listeners,
         spending: Spending | None = None,
         paces: Paces | None = None,
+        price: PriceTrigger | None = None,
     ) -> None:
         self._settings = settings
         self._tenancy = tenancy
@@ -80,6 +83,7 @@ class Rewriter:
         self._listeners = listeners
         self._spending = spending
         self._paces = paces
+        self._price = price
 
     def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
         """The response headers of a request the headers alone send through untouched, or None.
@@ -150,6 +154,13 @@ class Rewriter:
         record = await self._stored.record(conv)
         pinned = protocol.pinned_checkpoint(headers)
         current = await work(heavy, self._plan_applying, conv, record, pinned)
+        pace = await self._pace_if_needed(conv, current, priced=pinned is None)
+        if pinned is None and self._price is not None and self._paces is not None:
+            checkpoint = self._stored.to_apply(conv, record, pinned)
+            now = self._paces.clock()
+            check = await work(heavy, self._price.check, conv, current, checkpoint, pace, now)
+            if check is not None and check.fired:
+                current = check.plan
         outcome = None
         wanted = current.summary_request
         if wanted is not None and current.fired and must_summarize_now(conv, current):
@@ -164,7 +175,7 @@ class Rewriter:
             wanted = current.summary_request
         pending = None
         ahead = wanted is not None and current.near and policy.mode == "ahead"
-        if ahead and wanted is not None and await self._ahead_due(conv, current):
+        if ahead and wanted is not None and self._ahead_due(conv, current, pace):
             fired = bool(current.fired)
             pending = self._ahead.pending(conv, wanted, current.applied_checkpoint, fired=fired)
         outcome = outcome or outcome_of(current, pending=pending is not None)
@@ -173,6 +184,12 @@ class Rewriter:
         if self._paces is not None and policy.strategy == "summarize":
             self._paces.seen(conv, current)
         sent, added = await work(heavy, partial(render, conv, current, messages, outcome))
+        if policy.ledger_header and self._spending is not None:
+            ledger = await self._spending.header(conv)
+            added = added if ledger is None else [*added, ledger]
+        if pending is not None and incoming.call is not None:
+            # The summary asked on the prompt the provider is about to cache (issue 19).
+            pending = replace(pending, prefix=PrefixSource(sent, dialect, incoming.call))
         follow_up = PlannedFollowUp(
             conv,
             current,
@@ -190,12 +207,23 @@ class Rewriter:
             streaming=body.get("stream") is True,
         )
 
-    async def _ahead_due(self, conv: Conversation, current: Plan) -> bool:
+    async def _pace_if_needed(
+        self, conv: Conversation, current: Plan, *, priced: bool
+    ) -> Pace | None:
+        """The conversation's pace, read (one store read) only when the price trigger or ahead
+        mode will look at it; None otherwise or when the store did not answer."""
+        if self._paces is None:
+            return None
+        looks = priced and self._price is not None and self._price.looks_at(conv, current)
+        ahead = conv.policy.mode == "ahead" and current.near and not current.fired
+        return await self._paces.read(conv) if looks or ahead else None
+
+    def _ahead_due(self, conv: Conversation, current: Plan, pace: Pace | None) -> bool:
         """Whether the summary a near trigger asks for is made after this answer: when the
         conversation's growth reaches the trigger within ``ahead_turns`` (``proxy.compaction.pace``)."""
         if current.fired or self._paces is None:
             return True
-        return due(conv, current, await self._paces.read(conv))
+        return due(conv, current, pace)
 
     def _neutral_of(
         self, dialect: Translator, body: dict[str, Any], facts: FactLookup

@@ -23,13 +23,15 @@ import time
 from collections.abc import Callable
 from typing import Any, get_args
 
+from proxy.compaction import protocol
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import RequestPriced, SummaryPriced
 from proxy.compaction.pending import PendingWrites
 from proxy.core.planner import Plan
 from proxy.economics.ledger import Ledger, add_request, add_summary
-from proxy.economics.prices import PriceTable
+from proxy.economics.prices import Price, PriceTable
 from proxy.economics.usage import BilledUsage, Wire, billed_usage
+from proxy.errors import StoreError
 from proxy.events import Listeners
 from proxy.state.ledgers import Entry, Ledgers
 
@@ -94,6 +96,22 @@ class Spending:
         self._listeners = listeners
         self._clock = clock
         self._writes = PendingWrites("ledger write")
+
+    async def header(self, conv: Conversation) -> tuple[bytes, bytes] | None:
+        """``X-Compaction-Ledger`` for the conversation's ledger as stored (one store read);
+        None when the store does not answer."""
+        try:
+            entry = await self._ledgers.inspect(conv.tenant, conv.conversation_id)
+        except StoreError:
+            return None
+        ledger, _ = ledger_of(entry)
+        return protocol.ledger_header(
+            ledger.requests, ledger.spent, ledger.summarizer_spent, ledger.saved
+        )
+
+    def price(self, model: str) -> Price:
+        """``model``'s prices (the ``pricing:`` entries, then the built-in table)."""
+        return self._prices.price(model)
 
     def answered(self, conv: Conversation, sent: Plan, usage: BilledUsage) -> None:
         """Price one answered request (``sent``: the plan its body was rendered from) and

@@ -14,6 +14,7 @@ when someone holds the lock).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from functools import partial
 
@@ -22,6 +23,7 @@ from proxy.compaction.events import SummaryFailed, SummaryMade, SummaryStored
 from proxy.compaction.offload import work
 from proxy.compaction.pace import Paces
 from proxy.compaction.planning import AHEAD
+from proxy.compaction.prefix_summary import PrefixSource, prefix_is_cheaper, summarize_on_prefix
 from proxy.compaction.spending import Spending
 from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summarizer import SummarizerFactory
@@ -36,6 +38,9 @@ from proxy.events import Listeners
 from proxy.state.conversations import Store
 
 _POLL_SECONDS = 0.1
+logger = logging.getLogger("proxy.compaction")
+# A summary's text, the model that wrote it and what its calls were billed (None: not told).
+Written = tuple[str, str, BilledUsage | None]
 
 
 class Summaries:
@@ -90,12 +95,15 @@ class Summaries:
         *,
         mode: str,
         triggered: bool = True,
+        prefix: PrefixSource | None = None,
     ) -> Checkpoint | None:
         """Make, store and return the checkpoint for ``wanted``; None if another caller (here or
         on another replica) holds the conversation's lock. Raises SummarizerError.
 
         ``triggered``: a trigger fired (rather than only being near), so the summary applies
         from the next request on; a summary made only because a trigger was near waits for it.
+        ``prefix``: the request this summary follows, to ask it on the cached prompt
+        (``proxy.compaction.prefix_summary``).
         """
         token = await self._store.acquire_lock(conv.tenant, conv.conversation_id)
         if token is None:
@@ -114,7 +122,9 @@ class Summaries:
                     wanted.covered,
                 )
                 parent_id = existing.id
-            checkpoint = await self._make(conv, wanted, parent_id, mode=mode, triggered=triggered)
+            checkpoint = await self._make(
+                conv, wanted, parent_id, mode=mode, triggered=triggered, prefix=prefix
+            )
             await self._store.add_checkpoint(conv.tenant, conv.conversation_id, checkpoint)
             self._listeners.emit(
                 SummaryStored(conv.tenant, conv.conversation_id, conv.policy_name, checkpoint)
@@ -133,10 +143,93 @@ class Summaries:
         *,
         mode: str,
         triggered: bool,
+        prefix: PrefixSource | None = None,
     ) -> Checkpoint:
         """The summarizer's text for ``wanted``, as a new checkpoint (not stored yet)."""
         own = self._settings.for_policy(conv.policy, request_model=conv.model)
         started = time.perf_counter()
+        # Counting and hashing a huge history is CPU work: off the event loop (issue 17).
+        counter = self._counter.with_facts(conv.facts)
+        input_tokens = await work(
+            conv.heavy, counter.count_messages, list(wanted.messages), conv.model
+        )
+        written = None
+        if prefix is not None and self._on_prefix(conv, own, input_tokens):
+            written = await self._write_on_prefix(conv, wanted, own, prefix)
+        if written is None:
+            written = await self._write_quoted(conv, wanted, own, mode)
+        text, model, billed = written
+        seconds = time.perf_counter() - started
+        summary_tokens = self._counter.count_text(text, model)
+        self._listeners.emit(SummaryMade(mode, seconds, input_tokens, summary_tokens))
+        if self._spending is not None:
+            # What its calls' answers said they cost; a summarizer that does not tell (a test's
+            # fake): the proxy's counts, billed uncached.
+            if billed is None:
+                billed = BilledUsage(input_tokens, 0, 0, summary_tokens)
+            self._spending.summary_made(conv, model, billed)
+        return await work(
+            conv.heavy,
+            partial(
+                Checkpoint.create,
+                conv.messages,
+                covered=wanted.covered,
+                summary=text,
+                parent_id=parent_id,
+                summary_tokens=summary_tokens,
+                # With $request the label is the client's model name: encodable text
+                # for the store, the admin API and the export sinks (issue 17).
+                model=well_formed(model),
+                strategy="summarize" if triggered else AHEAD,
+                dropped_messages=wanted.covered - wanted.start,
+                dropped_tokens=input_tokens,
+            ),
+        )
+
+    def _on_prefix(self, conv: Conversation, own: SummarizerSettings, tokens: int) -> bool:
+        """Whether the summary is asked on the cached prefix (``summarizer.cached_prefix``)."""
+        if own.cached_prefix != "auto" or self._spending is None:
+            return own.cached_prefix == "on"
+        price = self._spending.price(conv.model)
+        return price.priced and prefix_is_cheaper(
+            tokens,
+            price,
+            self._spending.price(own.model),
+            summary_tokens=own.max_summary_tokens,
+        )
+
+    async def _write_on_prefix(
+        self,
+        conv: Conversation,
+        wanted: SummaryRequest,
+        own: SummarizerSettings,
+        prefix: PrefixSource,
+    ) -> Written | None:
+        """The summary asked of the conversation's model on its cached prompt; None when that
+        failed (the quoted summarizer is asked instead)."""
+        try:
+            text, billed = await asyncio.wait_for(
+                summarize_on_prefix(
+                    prefix,
+                    conv.messages,
+                    wanted.messages,
+                    wanted.covered,
+                    model=conv.model,
+                    max_tokens=own.max_summary_tokens,
+                    counter=self._counter,
+                ),
+                timeout=own.timeout_seconds,
+            )
+        except (SummarizerError, TimeoutError) as exc:
+            reason = exc.message if isinstance(exc, SummarizerError) else "timeout"
+            logger.warning("a summary on the cached prefix failed, quoting instead: %s", reason)
+            return None
+        return text, conv.model, billed
+
+    async def _write_quoted(
+        self, conv: Conversation, wanted: SummaryRequest, own: SummarizerSettings, mode: str
+    ) -> Written:
+        """The summary of the quoted transcript, by the summarizer's model."""
         summarizer = self._summarizer_for(conv.credentials, own)
         try:
             text = await asyncio.wait_for(
@@ -154,35 +247,5 @@ class Summaries:
         except SummarizerError:
             self._listeners.emit(SummaryFailed(mode, "error"))
             raise
-        seconds = time.perf_counter() - started
-        summary_tokens = self._counter.count_text(text, own.model)
-        # Counting and hashing a huge history is CPU work: off the event loop (issue 17).
-        counter = self._counter.with_facts(conv.facts)
-        input_tokens = await work(
-            conv.heavy, counter.count_messages, list(wanted.messages), conv.model
-        )
-        self._listeners.emit(SummaryMade(mode, seconds, input_tokens, summary_tokens))
-        if self._spending is not None:
-            # What its calls' answers said they cost; a summarizer that does not tell (a test's
-            # fake): the proxy's counts, billed uncached.
-            billed = getattr(summarizer, "billed", None)
-            if not isinstance(billed, BilledUsage):
-                billed = BilledUsage(input_tokens, 0, 0, summary_tokens)
-            self._spending.summary_made(conv, own.model, billed)
-        return await work(
-            conv.heavy,
-            partial(
-                Checkpoint.create,
-                conv.messages,
-                covered=wanted.covered,
-                summary=text,
-                parent_id=parent_id,
-                summary_tokens=summary_tokens,
-                # With $request the label is the client's model name: encodable text
-                # for the store, the admin API and the export sinks (issue 17).
-                model=well_formed(own.model),
-                strategy="summarize" if triggered else AHEAD,
-                dropped_messages=wanted.covered - wanted.start,
-                dropped_tokens=input_tokens,
-            ),
-        )
+        billed = getattr(summarizer, "billed", None)
+        return text, own.model, billed if isinstance(billed, BilledUsage) else None

@@ -46,3 +46,15 @@ class Translator(Protocol):
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         """The body to send for ``plan`` (made from ``conversation(body)``)."""
         ...
+
+    def summary_call(
+        self, sent: dict[str, Any], instruction: str, max_tokens: int
+    ) -> dict[str, Any] | None:
+        """The body asking the conversation's own model for a summary on the prompt ``sent``
+        (a body of this dialect, as the proxy sent it) with ``instruction`` after it; None when
+        this dialect makes none (``proxy.dialects.summary_calls``)."""
+        ...
+
+    def answer_text(self, answer: dict[str, Any]) -> str | None:
+        """The text of a (non-streamed) answer of this dialect; None when it holds none."""
+        ...

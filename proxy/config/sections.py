@@ -171,6 +171,14 @@ class SummarizerSettings(Section):
         description="The text the summary is framed with in the message sent (LangMem's "
         "final_prompt): {summary} where it goes, some text before it; null: built-in.",
     )
+    cached_prefix: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="A summary made right after an answer (ahead of time) asks the "
+        "conversation's own model, on the body just sent with the instructions after it, so the "
+        "provider reads the transcript from its prompt cache (chat completions and Anthropic "
+        "Messages; docs/cost.md). auto: where that is cheaper at the two models' prices; on: "
+        "always; off: the quoted summarizer only.",
+    )
     background_queue: int = Field(
         256, ge=1, description="Ahead-of-time summaries waiting at most; more are dropped."
     )

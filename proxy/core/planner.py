@@ -57,6 +57,7 @@ from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.core.triggers import Verdict, evaluate, measure
 
 FORCED = "forced"
+PAYS = "pays"  # the price trigger (proxy.compaction.paying), fired through ``fire``
 # Share of the near threshold that a deeper cut keeps verbatim: the rest is room for the summary
 # and for the run to grow several rounds before the next summary is due (with an 8k window and
 # ~1k-token tool outputs, 0.5 asked for a summary every 2-3 rounds, 0.3 every 4-5: bench_agent_run).
@@ -77,12 +78,15 @@ def plan(
     force: bool = False,
     budget_tokens: int = 0,
     summary_max_chars: int = DEFAULT_MAX_CHARS,
+    fire: tuple[str, ...] = (),
 ) -> Plan:
     """Decide what to send. ``force`` (with ``budget_tokens``) compacts as hard as the rules
     allow, for a retry after the provider said the context was too long: a trigger counts as
     fired, only the last interaction is kept (with a budget, only as many of its newest rounds
     as leave room for the summary; when it is the only one left, its task and newest round),
-    and the budget is applied like ``window_tokens``."""
+    and the budget is applied like ``window_tokens``. ``fire`` names triggers decided outside
+    the core (the price trigger, ``proxy.compaction.paying``): they count as fired, with the
+    policy's own ``keep``."""
     # off is fully transparent: not even a client's echoed summary is touched.
     source = (
         messages
@@ -124,7 +128,9 @@ def plan(
         policy, model, counter, working, counts, fixed, min(budgets, default=0), summary_max_chars
     )
     window = model_info.context_window if model_info else None
-    decision = _STRATEGIES[policy.strategy](_Measured(ctx, source, grouping, window, force), prior)
+    decision = _STRATEGIES[policy.strategy](
+        _Measured(ctx, source, grouping, window, force, fire), prior
+    )
     sent, kept_from, task, tokens_after = assemble(ctx, grouping, decision.head, decision.render_at)
     applied = decision.applied
     return Plan(
@@ -152,6 +158,7 @@ class _Measured:
     grouping: Grouping
     window: int | None  # the model's context window, when known
     force: bool  # an overflow retry: compact as hard as the rules allow
+    fire: tuple[str, ...] = ()  # triggers fired by a decision made outside the core
 
     @property
     def preamble(self) -> list[dict[str, Any]]:
@@ -177,6 +184,8 @@ class _Measured:
         result = evaluate(ctx.policy.trigger, found, soft_fraction=ctx.policy.soft_fraction)
         if self.force:
             result = Verdict((*result.fired, FORCED), (*result.near, FORCED))
+        if self.fire:
+            result = Verdict((*result.fired, *self.fire), (*result.near, *self.fire))
         return result
 
     def cut(self, floor: int, current: Verdict, head: list[dict[str, Any]], *, deeper: bool) -> int:
@@ -325,17 +334,19 @@ def _deeper_for_triggers(
 ) -> int:
     """When what ``keep`` leaves verbatim, with a summary before it, would itself be near a
     token trigger (one long agent run), the cut moves round by round until it keeps
-    ``DEEPER_SHARE`` of that near threshold; otherwise every turn would ask for a summary that
+    ``DEEPER_SHARE`` of that near threshold (for the price trigger: of ``pays_from_tokens``); otherwise every turn would ask for a summary that
     saves nothing, or none would be asked for until the prompt outgrew the window."""
-    trigger = ctx.policy.trigger
-    thresholds = []
+    trigger, soft = ctx.policy.trigger, ctx.policy.soft_fraction
+    nears = []
     if "input_tokens" in current.near:
-        thresholds.append(trigger.input_tokens)
+        nears.append(trigger.input_tokens * soft)
     if "context_fraction" in current.near and window:
-        thresholds.append(trigger.context_fraction * window)
-    if not thresholds:
+        nears.append(trigger.context_fraction * window * soft)
+    if PAYS in current.near and trigger.pays_from_tokens:  # the price trigger's own floor
+        nears.append(trigger.pays_from_tokens)
+    if not nears:
         return cut
-    near = min(thresholds) * ctx.policy.soft_fraction
+    near = min(nears)
     preamble_tokens = sum(ctx.counts[: grouping.preamble_len]) + ctx.fixed_tokens
     kept = preamble_tokens + summary_tokens + kept_tokens(grouping, ctx.counts, cut)
     if kept <= near:

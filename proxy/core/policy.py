@@ -54,6 +54,16 @@ class TriggerSettings(PolicyModel):
         description="simpleeval expressions over `message`; only interactions with a message "
         "matching all of them count towards the interaction triggers.",
     )
+    pays: bool = Field(
+        True,
+        description="Also fire when compacting now pays for itself at the model's prices, prompt "
+        "caching included (docs/cost.md#deciding-by-price); unpriced models never fire by price.",
+    )
+    pays_from_tokens: NonNegativeInt = Field(
+        32_000,
+        description="The price trigger looks only at prompts of at least N tokens: below it a "
+        "summary saves cents and may lose detail.",
+    )
 
     @model_validator(mode="after")
     def _check_expressions(self) -> TriggerSettings:
@@ -180,6 +190,10 @@ class PolicySummarizer(PolicyModel):
         description="The text the summary is framed with in the message sent (LangMem's "
         "final_prompt), {summary} where it goes, some text before it." + _INHERIT,
     )
+    cached_prefix: Literal["auto", "on", "off"] | None = Field(
+        None,
+        description="Ask the conversation's own model on the prompt it has cached." + _INHERIT,
+    )
 
     @field_validator("final_prompt")
     @classmethod
@@ -227,6 +241,11 @@ class PolicySettings(PolicyModel):
         True,
         description="OpenAI routes: a body the proxy rewrites carries a prompt_cache_key derived "
         "from the tenant and conversation (never the raw id) when the client sent none.",
+    )
+    ledger_header: bool = Field(
+        False,
+        description="Answers carry X-Compaction-Ledger: the conversation's dollars so far (spent, "
+        "summarizer, saved against sending direct), up to the previous answer.",
     )
 
     @field_validator("strategy", mode="before")

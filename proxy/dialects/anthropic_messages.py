@@ -39,6 +39,7 @@ from proxy.core.planner import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
 from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
+from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
 from proxy.errors import InvalidRequest, ProxyError
 
 _ROLES = ("user", "assistant")
@@ -318,6 +319,14 @@ class AnthropicMessages:
         if _injected(plan):
             return with_injected_mark(out)  # the compacted prefix ends with what was injected
         return out
+
+    def summary_call(
+        self, sent: dict[str, Any], instruction: str, max_tokens: int
+    ) -> dict[str, Any]:
+        return messages_summary_call(sent, instruction, max_tokens)
+
+    def answer_text(self, answer: dict[str, Any]) -> str | None:
+        return messages_answer_text(answer)
 
     def error_body(self, error: ProxyError) -> bytes:
         return anthropic_error_body(error)

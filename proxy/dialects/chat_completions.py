@@ -11,6 +11,7 @@ from proxy.core.messages import validate_messages
 from proxy.core.planner import Plan
 from proxy.dialects.base import Neutral
 from proxy.dialects.error_shapes import openai_error_body
+from proxy.dialects.summary_calls import chat_answer_text, chat_summary_call
 from proxy.errors import InvalidRequest, ProxyError
 
 
@@ -46,6 +47,14 @@ class ChatCompletions:
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         return {**body, "messages": plan.messages}
+
+    def summary_call(
+        self, sent: dict[str, Any], instruction: str, max_tokens: int
+    ) -> dict[str, Any]:
+        return chat_summary_call(sent, instruction, max_tokens)
+
+    def answer_text(self, answer: dict[str, Any]) -> str | None:
+        return chat_answer_text(answer)
 
     def error_body(self, error: ProxyError) -> bytes:
         return openai_error_body(error)

@@ -310,6 +310,14 @@ class Responses:
                 items += wire
         return {**body, "input": items}
 
+    def summary_call(
+        self, sent: dict[str, Any], instruction: str, max_tokens: int
+    ) -> dict[str, Any] | None:
+        return None  # quoted by the summarizer (proxy.dialects.summary_calls)
+
+    def answer_text(self, answer: dict[str, Any]) -> str | None:
+        return None
+
     def error_body(self, error: ProxyError) -> bytes:
         return openai_error_body(error)
 

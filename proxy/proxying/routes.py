@@ -26,6 +26,7 @@ from proxy.proxying.body import (
 from proxy.proxying.events import RequestFinished, RequestRead
 from proxy.proxying.forward import forward
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
+from proxy.proxying.resend import Resend
 from proxy.proxying.targets import Target
 from proxy.server.abort import was_cut_off
 from proxy.server.access_log import Exchange
@@ -107,16 +108,17 @@ class CompactedRoute(_Route):
         body = ClientBody(receive, headers, limit=limit, exchange=exchange, after_read=notice.watch)
         # Only the dialects whose bodies make transcripts are recorded, and only when asked.
         recording = dialect.records and res.listeners.wants(RequestRead)
-        incoming = Incoming(
-            headers=headers,
-            body=body,
-            dialect=dialect,
-            credentials=target.caller_credentials(headers),
-            # A body compaction leaves alone streams through unread, unless it is recorded.
-            streamable=declared_within(headers, limit) and not recording,
-        )
         try:
             url = target.url(scope)
+            incoming = Incoming(
+                headers=headers,
+                body=body,
+                dialect=dialect,
+                credentials=target.caller_credentials(headers),
+                # A body compaction leaves alone streams through unread, unless it is recorded.
+                streamable=declared_within(headers, limit) and not recording,
+                call=Resend(res.upstream_client(), url, target, headers),
+            )
             try:
                 if recording:
                     res.listeners.emit(RequestRead(headers, await body.read(), dialect))

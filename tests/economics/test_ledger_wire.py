@@ -302,3 +302,31 @@ def test_a_failing_store_leaves_requests_answered(chat: CachingChat, serve, fall
 def test_merged_pricing_is_a_config_section() -> None:
     settings = summarizing("http://127.0.0.1:1", pricing=merged(PRICING))
     assert settings.pricing.models["ledger-model*"].cached_input == 0.5
+
+
+@pytest.mark.usefixtures("tiktoken_files")
+def test_a_policy_can_show_the_ledger_on_every_answer(chat: CachingChat, serve) -> None:
+    """``ledger_header``: each answer carries the conversation's dollars up to the answer
+    before it (an answer's own usage is known only at its end); off by default."""
+    server = serve({**EVERY_THREE_INTERACTIONS, "ledger_header": True})
+    client = openai_client(server, "ledger-header")
+    history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    seen = []
+    for turn in range(4):
+        history.append({"role": "user", "content": f"question {turn}: " + "details " * 40})
+        raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=history)
+        seen.append(raw.headers.get("x-compaction-ledger"))
+        history.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+        ledger_after(server, "ledger-header", turn + 1)
+
+    fields = [dict(part.split("=") for part in value.split("; ")) for value in seen]
+    assert [int(f["requests"]) for f in fields] == [0, 1, 2, 3]
+    for turn, found in enumerate(fields):
+        assert float(found["spent"]) == pytest.approx(turn * CHAT_DOLLARS, abs=1e-6)
+    assert all(float(f["summarizer"]) >= 0 for f in fields)
+
+    plain = serve()
+    raw = openai_client(plain, "no-header").chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "hello"}]
+    )
+    assert "x-compaction-ledger" not in raw.headers

@@ -21,7 +21,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from proxy.compaction import protocol
+from proxy.compaction.prefix_summary import INSTRUCTION as PREFIX_INSTRUCTION
 from proxy.errors import EvaluationError
 from proxy.tools.evaluation.proxy_parts import (
     POLICY_HEADER,
@@ -65,6 +66,36 @@ _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 _DEPTH = re.compile(r"^proxy_background_queue_depth (\S+)$", re.M)
 
 
+def _asks_for_summary(messages: list[dict[str, Any]]) -> bool:
+    last = messages[-1] if messages else {}
+    content = last.get("content") if isinstance(last, dict) else None
+    return isinstance(content, str) and content.startswith(PREFIX_INSTRUCTION)
+
+
+class _BodyResponse:
+    status = 200
+    headers: RawHeaders = [(b"content-type", b"application/json")]  # noqa: RUF012
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    async def iter_raw(self) -> AsyncIterator[bytes]:
+        yield self._body
+
+    async def read(self) -> bytes:
+        return self._body
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _FailedResponse(_BodyResponse):
+    status = 503
+
+    def __init__(self) -> None:
+        super().__init__(b'{"error": {"message": "not served in a replay"}}')
+
+
 class _CannedResponse:
     status = 200
     headers: RawHeaders = [(b"content-type", b"application/json")]  # noqa: RUF012
@@ -80,12 +111,18 @@ class _CannedResponse:
 
 
 class RecordingUpstream:
-    """An ``UpstreamClient`` that keeps the last body the proxy would have sent, and answers
-    every request with a canned completion."""
+    """An ``UpstreamClient`` that keeps every conversation body the proxy would have sent and
+    answers it with a canned completion. A summary the proxy asks of the conversation's model on
+    its cached prefix (``summarizer.cached_prefix``) is what is evaluated, so it goes to the real
+    model (``model_call``) and is kept with its answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_call: Callable[[bytes], Awaitable[bytes]] | None = None) -> None:
         self.last: dict[str, Any] | None = None
         self.sent = 0
+        self.prompts: list[list[dict[str, Any]]] = []  # each conversation request's messages
+        # Each summary asked on the prefix: its messages and its answer's text.
+        self.prefix_summaries: list[tuple[list[dict[str, Any]], str]] = []
+        self._model_call = model_call
 
     async def send(self, method: str, url: str, headers: RawHeaders, body: Body) -> Any:
         if isinstance(body, bytes):
@@ -94,10 +131,30 @@ class RecordingUpstream:
             data = b""
         else:
             data = b"".join([chunk async for chunk in body])
-        if url.endswith("/chat/completions"):  # not the window discovery's /models
-            self.last = json.loads(data) if data else None
-            self.sent += 1
+        if not url.endswith("/chat/completions"):  # the window discovery's /models
+            return _CannedResponse()
+        parsed = json.loads(data) if data else None
+        messages = (parsed or {}).get("messages") or []
+        if _asks_for_summary(messages):
+            return await self._summary_on_prefix(messages, data)
+        self.last = parsed
+        self.sent += 1
+        self.prompts.append(messages)
         return _CannedResponse()
+
+    async def _summary_on_prefix(self, messages: list[dict[str, Any]], data: bytes) -> Any:
+        if self._model_call is None:
+            return _FailedResponse()  # the proxy falls back to its quoted summarizer
+        try:
+            answer = await self._model_call(data)
+        except (httpx.HTTPError, EvaluationError):
+            return _FailedResponse()  # the proxy falls back to its quoted summarizer
+        try:
+            text = json.loads(answer)["choices"][0]["message"]["content"] or ""
+        except (ValueError, KeyError, IndexError, TypeError):
+            text = ""
+        self.prefix_summaries.append((messages, text))
+        return _BodyResponse(answer)
 
     async def aclose(self) -> None:
         return None
@@ -113,6 +170,11 @@ class Replayed:
     summarizer_input_tokens: int
     summarizer_output_tokens: int
     summarizer_calls: int
+    # What was sent (each request's messages) and what the client sent (its full histories).
+    sent: tuple[list[dict[str, Any]], ...] = ()
+    direct: tuple[list[dict[str, Any]], ...] = ()
+    # Summaries asked on the cached prefix: their messages and their answer's text.
+    prefix_summaries: tuple[tuple[list[dict[str, Any]], str], ...] = ()
 
 
 def eval_settings(settings: Settings, *, model: str, context_window: int | None) -> Settings:
@@ -143,7 +205,7 @@ async def replay(
     on_request: Callable[[], None] = lambda: None,
 ) -> Replayed:
     """Send ``transcript`` through a fresh app built from ``settings`` (see ``eval_settings``)."""
-    recorder = RecordingUpstream()
+    recorder = RecordingUpstream(_model_call(settings, authorization))
     app = create_app(settings, upstream=recorder)
     conversation = _UNSAFE_ID.sub("-", f"eval-{transcript.name}-{policy or 'routed'}")[:128]
     headers = {settings.conversation.header: conversation}
@@ -184,7 +246,29 @@ async def replay(
         summarizer_input_tokens=int(metrics.get(("proxy_summarizer_tokens_total", "input"), 0)),
         summarizer_output_tokens=int(metrics.get(("proxy_summarizer_tokens_total", "output"), 0)),
         summarizer_calls=int(metrics.get(("proxy_summarizer_calls_total", "ok"), 0)),
+        sent=tuple(recorder.prompts),
+        direct=tuple(bodies),
+        prefix_summaries=tuple(recorder.prefix_summaries),
     )
+
+
+def _model_call(
+    settings: Settings, authorization: str | None
+) -> Callable[[bytes], Awaitable[bytes]]:
+    """Sends a summary asked on the prefix to the model under test, as the proxy would."""
+    url = settings.upstream.base_url.rstrip("/") + "/chat/completions"
+    key = settings.upstream.api_key
+    auth = f"Bearer {key.get_secret_value()}" if key is not None else authorization
+    headers = {"content-type": "application/json", **({"authorization": auth} if auth else {})}
+
+    async def call(body: bytes) -> bytes:
+        async with httpx.AsyncClient(timeout=settings.summarizer.timeout_seconds) as client:
+            response = await client.post(url, content=body, headers=headers)
+        if response.status_code >= 400:
+            raise EvaluationError(f"a summary on the prefix failed: HTTP {response.status_code}")
+        return response.content
+
+    return call
 
 
 async def _metrics(client: httpx.AsyncClient) -> dict[tuple[str, str], float]:

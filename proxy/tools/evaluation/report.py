@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from proxy.tools.evaluation.probes import CATEGORIES
-from proxy.tools.evaluation.runner import Answer, Results
+from proxy.tools.evaluation.runner import Answer, PolicyRun, Results
 
 REPLY_CHARS = 300
 OVERALL = "overall"
@@ -43,6 +43,20 @@ def _accuracy(answers: list[Answer], policy: str) -> dict[str, Any]:
     }
 
 
+def _dollars(runs: list[PolicyRun]) -> dict[str, Any] | None:
+    """Prompts and summaries in dollars with prompt caching, and direct (None: unpriced)."""
+    priced = [r.dollars for r in runs if r.dollars is not None]
+    if not priced or len(priced) < len(runs):
+        return None
+    total = sum(priced[1:], priced[0])
+    return {
+        "spent": round(total.spent, 6),
+        "summarizer": round(total.summarizer, 6),
+        "direct": round(total.direct, 6),
+        "vs_direct": total.vs_direct,
+    }
+
+
 def build_report(results: Results) -> dict[str, Any]:
     """The JSON report (the shape is documented in docs/evaluation.md)."""
     answers = list(results.answers)
@@ -64,6 +78,7 @@ def build_report(results: Results) -> dict[str, Any]:
                 "truncated": sum(r.tokens_truncated for r in runs),
             },
             "compression_ratio": _ratio(compacted_tokens, full_tokens),
+            "dollars": _dollars(runs),
             "summarizer": {
                 "calls": sum(r.replayed.summarizer_calls for r in runs),
                 "input_tokens": sum(r.replayed.summarizer_input_tokens for r in runs),
@@ -123,6 +138,13 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _money(dollars: dict[str, Any] | None) -> str:
+    if dollars is None:
+        return "unpriced"
+    total = dollars["spent"] + dollars["summarizer"]
+    return f"{total:.4f} ({_num(dollars['vs_direct'])})"
+
+
 def render(report: dict[str, Any], console: Console) -> None:
     """Accuracy per category (policies side by side), then cost and compression per policy."""
     policies: dict[str, Any] = report["policies"]
@@ -146,7 +168,7 @@ def render(report: dict[str, Any], console: Console) -> None:
     console.print(table)
     cost = Table(title="compression and cost (all transcripts)")
     for column in ("policy", "tokens full", "tokens compacted", "compression", "summaries",
-                   "summarizer in", "summarizer out"):  # fmt: skip
+                   "summarizer in", "summarizer out", "$ (x direct)"):  # fmt: skip
         cost.add_column(column, justify="left" if column == "policy" else "right")
     for name, data in policies.items():
         s = data["summarizer"]
@@ -158,6 +180,7 @@ def render(report: dict[str, Any], console: Console) -> None:
             str(s["calls"]),
             str(s["input_tokens"]),
             str(s["output_tokens"]),
+            _money(data["dollars"]),
         )
     console.print(cost)
     for name, data in policies.items():

@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
+from proxy.economics.prices import PER_MILLION, PriceTable
+from proxy.tools.evaluation.dollars import Dollars, prompts_dollars, quoted_summaries_dollars
 from proxy.tools.evaluation.endpoint import ChatEndpoint
 from proxy.tools.evaluation.probes import (
     JUDGE_PROBES_PROMPT,
@@ -54,6 +57,7 @@ class PolicyRun:
     tokens_full: int
     tokens_compacted: int
     tokens_truncated: int
+    dollars: Dollars | None = None  # None: the model is unpriced
 
 
 @dataclass(frozen=True)
@@ -183,8 +187,38 @@ class Runner:
             tokens_full=self.counter.count_messages(transcript.messages, model),
             tokens_compacted=budget,
             tokens_truncated=self.counter.count_messages(truncated, model),
+            dollars=self._dollars(transcript, policy, replayed),
         )
         return run, compacted, truncated
+
+    def _dollars(self, transcript: Transcript, policy: str, replayed: Replayed) -> Dollars | None:
+        """The replay's prompts and summaries in dollars, and the same turns sent direct."""
+        model = self.options.model
+        prices = PriceTable(self.settings.pricing)
+        price = prices.price(model)
+        if not price.priced:
+            return None
+        own = self.settings.summarizer.for_policy(
+            self.settings.policies[policy], request_model=model
+        )
+        summarizer_price = prices.price(own.model)
+        if not summarizer_price.priced:
+            summarizer_price = price
+        priced = partial(prompts_dollars, counter=self.counter, model=model, price=price)
+        tools = transcript.tools
+        summaries = quoted_summaries_dollars(
+            replayed.summarizer_input_tokens, replayed.summarizer_output_tokens, summarizer_price
+        )
+        for asked, text in replayed.prefix_summaries:
+            # Read from the cache as far as it shares the request it follows.
+            followed = [m for m in replayed.sent if m == asked[: len(m)]][-1:]
+            summaries += priced([*followed, asked], tools) - priced(followed, tools)
+            summaries += self.counter.count_text(text, model) * price.output / PER_MILLION
+        return Dollars(
+            spent=priced(replayed.sent, tools),
+            summarizer=summaries,
+            direct=priced(replayed.direct, tools),
+        )
 
     async def _ask(
         self,

@@ -33,7 +33,7 @@ os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktok
 from tests.bench.cost.prices import PRICE_MODELS, PriceModel  # noqa: E402
 from tests.bench.cost.provider import BillingLine, CachingProvider  # noqa: E402
 from tests.bench.cost.replay import Rule, Seen, replay  # noqa: E402
-from tests.bench.cost.setups import SETUPS, BenchModels, SimClock, target  # noqa: E402
+from tests.bench.cost.setups import SETUPS, BenchModels, Setup, SimClock, target  # noqa: E402
 from tests.bench.cost.transcripts import transcripts  # noqa: E402
 from tests.support.servers import ThreadedUvicorn  # noqa: E402
 
@@ -47,6 +47,7 @@ class Run:
     transcript: str
     rule: str
     setup: str
+    price: str | None  # the price model the proxy was told; None: direct, the same for all
     lines: list[BillingLine]
     seen: Seen
     seconds: float
@@ -86,7 +87,7 @@ class Run:
         return billed == (seen.turns, seen.prompt, seen.cached, seen.written, seen.output)
 
 
-def bench(scale: float, window: int) -> list[Run]:
+def bench(scale: float, window: int, setups: tuple[Setup, ...] = SETUPS) -> list[Run]:
     provider = CachingProvider(summarizer_model=SUMMARIZER, models=tuple(r.model for r in RULES))
     clock = SimClock()
     runs: list[Run] = []
@@ -94,55 +95,73 @@ def bench(scale: float, window: int) -> list[Run]:
         models = BenchModels(upstream.url, tuple(r.model for r in RULES), SUMMARIZER, window)
         for transcript in transcripts(scale):
             for rule in RULES:
-                for setup in SETUPS:
-                    print(
-                        f"[bench] {transcript.name} / {rule.name} / {setup.name} ...",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    provider.reset()
-                    started = time.perf_counter()
-                    conversation = f"{transcript.name}-{rule.name}".replace(" ", "-")
-                    with target(
-                        setup, models, route=rule.route, conversation=conversation, clock=clock
-                    ) as where:
-                        seen = replay(transcript, rule, where, provider.tokenizer)
-                    runs.append(
-                        Run(
-                            transcript.name,
-                            rule.name,
-                            setup.name,
-                            provider.lines(),
-                            seen,
-                            time.perf_counter() - started,
+                for setup in setups:
+                    # A proxy decides by the prices it is told: one run per price model.
+                    for price in PRICE_MODELS if setup.policy else PRICE_MODELS[:1]:
+                        told = price.name if setup.policy else None
+                        print(
+                            f"[bench] {transcript.name} / {rule.name} / {setup.name}"
+                            f" / {told or 'any price'} ...",
+                            file=sys.stderr,
+                            flush=True,
                         )
-                    )
+                        provider.reset()
+                        started = time.perf_counter()
+                        conversation = f"{transcript.name}-{rule.name}".replace(" ", "-")
+                        with target(
+                            setup,
+                            models,
+                            route=rule.route,
+                            conversation=conversation,
+                            clock=clock,
+                            price=price,
+                        ) as where:
+                            seen = replay(transcript, rule, where, provider.tokenizer)
+                        runs.append(
+                            Run(
+                                transcript.name,
+                                rule.name,
+                                setup.name,
+                                told,
+                                provider.lines(),
+                                seen,
+                                time.perf_counter() - started,
+                            )
+                        )
     return runs
 
 
-def _find(runs: list[Run], transcript: str, rule: str, setup: str) -> Run:
-    return next(r for r in runs if (r.transcript, r.rule, r.setup) == (transcript, rule, setup))
+def _find(runs: list[Run], transcript: str, rule: str, setup: str, price: PriceModel) -> Run:
+    """The run of this setup that was told ``price`` (a direct run stands for every price)."""
+    return next(
+        r
+        for r in runs
+        if (r.transcript, r.rule, r.setup) == (transcript, rule, setup)
+        and r.price in (None, price.name)
+    )
 
 
-def report(runs: list[Run], window: int) -> None:
+def report(runs: list[Run], window: int, setups: tuple[Setup, ...] = SETUPS) -> None:
     names = list(dict.fromkeys(r.transcript for r in runs))
     prices = " / ".join(p.name for p in PRICE_MODELS)
     print(f"\nCost as a ratio to sending direct (same run), priced {prices}:")
     print(f"{'rule':<10}{'setup':<19}" + "".join(f"{n:<22}" for n in names))
     for rule in RULES:
-        for setup in SETUPS:
+        for setup in setups:
             cells = []
             for name in names:
-                run = _find(runs, name, rule.name, setup.name)
-                direct = _find(runs, name, rule.name, SETUPS[0].name)
-                ratios = [run.cost(p) / direct.cost(p) for p in PRICE_MODELS]
+                ratios = [
+                    _find(runs, name, rule.name, setup.name, p).cost(p)
+                    / _find(runs, name, rule.name, SETUPS[0].name, p).cost(p)
+                    for p in PRICE_MODELS
+                ]
                 cells.append(" ".join(f"{r:.2f}" for r in ratios) + "x")
             print(f"{rule.name:<10}{setup.name:<19}" + "".join(f"{c:<22}" for c in cells))
     print(f"\nDirect cost in dollars ({prices}):")
     for rule in RULES:
         cells = [
             " ".join(
-                f"{_find(runs, n, rule.name, SETUPS[0].name).cost(p):.2f}" for p in PRICE_MODELS
+                f"{_find(runs, n, rule.name, SETUPS[0].name, p).cost(p):.2f}" for p in PRICE_MODELS
             )
             for n in names
         ]
@@ -153,16 +172,18 @@ def report(runs: list[Run], window: int) -> None:
         "calls included; usage = what the client read equals what was billed):"
     )
     print(
-        f"{'transcript':<18}{'rule':<10}{'setup':<19}{'turns':>6}{'summ.':>6}"
+        f"{'transcript':<18}{'rule':<10}{'setup':<30}{'turns':>6}{'summ.':>6}"
         f"{'summ. cost':>12}{'hit rate':>9}{'largest':>9}{'>window':>8}{'usage':>7}"
         f"{'secs':>6}  X-Compaction"
     )
     for run in runs:
-        shares = [run.cost(p, run.summaries) / run.cost(p) for p in PRICE_MODELS]
+        told = [p for p in PRICE_MODELS if p.name == run.price] or list(PRICE_MODELS)
+        shares = [run.cost(p, run.summaries) / run.cost(p) for p in told]
         share = f"{min(shares):.1%}-{max(shares):.1%}" if run.summaries else "-"
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(run.seen.outcomes.items()))
+        label = f"{run.setup} @{run.price}" if run.price else run.setup
         print(
-            f"{run.transcript:<18}{run.rule:<10}{run.setup:<19}{len(run.turns):>6}"
+            f"{run.transcript:<18}{run.rule:<10}{label:<30}{len(run.turns):>6}"
             f"{len(run.summaries):>6}{share:>12}{run.hit_rate:>9.1%}{run.largest:>9,}"
             f"{'yes' if run.largest > window else 'no':>8}"
             f"{'ok' if run.usage_relayed else 'DIFF':>7}{run.seconds:>6.0f}  {outcomes}"
@@ -175,12 +196,20 @@ def report(runs: list[Run], window: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a quarter of the length and window")
+    parser.add_argument(
+        "--setups",
+        help="comma-separated setup names to run besides direct (default: all of SETUPS)",
+    )
     args = parser.parse_args(argv)
+    setups = SETUPS
+    if args.setups:
+        wanted = {name.strip() for name in args.setups.split(",")}
+        setups = tuple(s for s in SETUPS if s.policy is None or s.name in wanted)
     scale = 0.25 if args.quick else 1.0
     window = int(WINDOW * scale)
     started = time.perf_counter()
-    runs = bench(scale, window)
-    report(runs, window)
+    runs = bench(scale, window, setups)
+    report(runs, window, setups)
     print(f"\n{len(runs)} runs in {time.perf_counter() - started:.0f} s")
     return 0 if all(run.usage_relayed for run in runs) else 1
 

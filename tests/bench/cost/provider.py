@@ -23,8 +23,10 @@ send and the proxy forwards; a request without it (the proxy's own summarizer ca
 the last moment seen. What an answer costs in output is what the model would have written: the
 ``X-Bench-Output-Tokens`` header (the transcript's next assistant message), else the tokens of the
 short fixed answer; the answer's text itself does not matter, the replayed transcript decides
-what is sent next. Calls for ``summarizer_model`` are answered with a summary of
-``SUMMARY_FRACTION`` of their prompt (at most their ``max_tokens``), billed like any call.
+what is sent next. Calls for ``summarizer_model``, and calls without ``X-Bench-Clock`` (the
+proxy's summaries asked of the conversation's model on its cached prefix), are answered with a
+summary of ``SUMMARY_FRACTION`` of their prompt (at most their ``max_tokens``), billed like any
+call and counted as the summarizer's.
 """
 
 from __future__ import annotations
@@ -138,9 +140,14 @@ class CachingProvider:
             tokens.extend(self.tokenizer.ids(piece))
         return tokens
 
+    def _summary_call(self, request: Request, body: dict[str, Any]) -> bool:
+        """A call of the proxy's own: for the summarizer's model, or one no client made (no
+        ``X-Bench-Clock``: a summary asked of the conversation's model on its cached prefix)."""
+        return body.get("model") == self.summarizer_model or CLOCK_HEADER not in request.headers
+
     def _answer(self, request: Request, body: dict[str, Any], usage: Usage) -> tuple[str, int]:
         """The answer's text and its output tokens."""
-        if body.get("model") != self.summarizer_model:
+        if not self._summary_call(request, body):
             wanted = request.headers.get(OUTPUT_HEADER)
             return ANSWER, int(wanted) if wanted else self.tokenizer.count(ANSWER)
         limit = body.get("max_tokens") or body.get("max_completion_tokens") or 4096
@@ -159,14 +166,21 @@ class CachingProvider:
         return text if len(ids) <= size else self.tokenizer.decode(ids[:size])
 
     def _bill(
-        self, route: str, body: dict[str, Any], usage: Usage, output: int, at: float, clocked: bool
+        self,
+        request: Request,
+        route: str,
+        body: dict[str, Any],
+        usage: Usage,
+        output: int,
+        at: float,
+        clocked: bool,
     ) -> None:
         line = BillingLine(
             route=route,
             model=str(body.get("model", "")),
             usage=usage,
             output=output,
-            summarizer=body.get("model") == self.summarizer_model,
+            summarizer=self._summary_call(request, body),
             at=at,
             clocked=clocked,
             streamed=bool(body.get("stream")),
@@ -202,7 +216,7 @@ class CachingProvider:
         now, clocked = self._clock(request)
         usage = self._openai_usage(body, chat_pieces(body), now)
         text, output = self._answer(request, body, usage)
-        self._bill("chat", body, usage, output, now, clocked)
+        self._bill(request, "chat", body, usage, output, now, clocked)
         model = str(body.get("model", ""))
         figures = {
             "prompt_tokens": usage.prompt,
@@ -263,7 +277,7 @@ class CachingProvider:
         now, clocked = self._clock(request)
         usage = self._openai_usage(body, responses_pieces(body), now)
         text, output = self._answer(request, body, usage)
-        self._bill("responses", body, usage, output, now, clocked)
+        self._bill(request, "responses", body, usage, output, now, clocked)
         response = {
             "id": "resp_bench",
             "object": "response",
@@ -330,7 +344,7 @@ class CachingProvider:
         except TooManyBreakpoints as exc:
             return _error(400, str(exc), anthropic=True)
         text, output = self._answer(request, body, usage)
-        self._bill("messages", body, usage, output, now, clocked)
+        self._bill(request, "messages", body, usage, output, now, clocked)
         figures = {
             "input_tokens": usage.uncached,
             "cache_creation_input_tokens": usage.written,

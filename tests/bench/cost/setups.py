@@ -5,9 +5,13 @@ as ``serve`` uses, memory store) from a config written for the run: the bench's 
 upstream (both APIs), its models with a 200k window, its summarizer model, and the policy's
 YAML. Add a setup to ``SETUPS`` to measure another one (a ``native`` one, say).
 
-The simulated clock: the provider takes each request's time from ``X-Bench-Clock``; the proxy
-still reads the real clock. ``make_app`` receives the bench's ``SimClock`` for the day the proxy
-takes one (issue 19's idle-aware decisions): pass it to ``create_app`` there.
+The simulated clock: the provider takes each request's time from ``X-Bench-Clock``, and the
+proxy reads the same ``SimClock`` (``create_app(clock=...)``), so its warm-cache test sees the
+transcript's pauses.
+
+A proxy's decisions depend on the prices it is told (the price trigger, issue 19): each proxied
+setup runs once per price model, its config's ``pricing:`` naming that model's prices for the
+bench's models and summarizer.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import yaml
 from proxy.app import create_app
 from proxy.config.settings import Settings, parse_settings
 from proxy.server.run import uvicorn_options
+from tests.bench.cost.prices import PriceModel
 from tests.bench.cost.replay import Target
 from tests.support.servers import ThreadedUvicorn
 from tests.support.settle import settle
@@ -53,7 +58,7 @@ class BenchModels:
 
 
 def default_app(settings: Settings, clock: SimClock) -> Any:
-    return create_app(settings)
+    return create_app(settings, clock=clock)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,12 @@ def default_policy(bench: BenchModels) -> dict[str, Any]:
     return {}
 
 
+def thresholds_only(bench: BenchModels) -> dict[str, Any]:
+    """The default policy without its price trigger: the token thresholds alone (the default
+    before issue 19)."""
+    return {"policies": {"default": {"trigger": {"pays": False}}}}
+
+
 def coding_agent_recipe(bench: BenchModels) -> dict[str, Any]:
     """config/examples/coding-agent.yaml as shipped, its summarizer the bench's."""
     recipe = yaml.safe_load(CODING_AGENT_YAML.read_text(encoding="utf-8"))
@@ -102,18 +113,37 @@ def coding_agent_recipe(bench: BenchModels) -> dict[str, Any]:
 SETUPS = (
     Setup("direct"),
     Setup("default", default_policy),
+    Setup("thresholds only", thresholds_only),
     Setup("coding-agent.yaml", coding_agent_recipe),
 )
 
 
-def config_text(setup: Setup, bench: BenchModels) -> str:
+def pricing(bench: BenchModels, price: PriceModel) -> dict[str, Any]:
+    """The ``pricing:`` section telling the proxy ``price`` for every model of the bench."""
+    entry = {
+        "input": price.input,
+        "cached_input": price.cached_input,
+        "cache_write": price.cache_write,
+        "output": price.output,
+    }
+    return {"models": {m: entry for m in (*bench.models, bench.summarizer)}}
+
+
+def config_text(setup: Setup, bench: BenchModels, price: PriceModel) -> str:
     assert setup.policy is not None
-    return yaml.safe_dump(_merged(_base(bench), setup.policy(bench)), sort_keys=False)
+    base = {**_base(bench), "pricing": pricing(bench, price)}
+    return yaml.safe_dump(_merged(base, setup.policy(bench)), sort_keys=False)
 
 
 @contextlib.contextmanager
 def target(
-    setup: Setup, bench: BenchModels, *, route: str, conversation: str, clock: SimClock
+    setup: Setup,
+    bench: BenchModels,
+    *,
+    route: str,
+    conversation: str,
+    clock: SimClock,
+    price: PriceModel,
 ) -> Iterator[Target]:
     """Where a run sends its turns: the provider itself, or a proxy started for this run."""
 
@@ -123,7 +153,8 @@ def target(
     if setup.policy is None:
         yield Target(bench.url, {}, settle=lambda answered: None, at=at)
         return
-    settings = parse_settings(config_text(setup, bench), source=f"<{setup.name}>", environ={})
+    text = config_text(setup, bench, price)
+    settings = parse_settings(text, source=f"<{setup.name}>", environ={})
     app = setup.make_app(settings, clock)
     with ThreadedUvicorn(app, **uvicorn_options(settings)) as server:
 

@@ -69,7 +69,14 @@ def test_accuracies_are_what_the_summary_kept(tmp_path: Path, mock: MockUpstream
     assert report["policies"]["drop"]["summarizer"]["calls"] == 0
     assert set(report) == {"model", "judge_model", "policies", "transcripts", "answers"}
     assert list(report["policies"]) == ["default", "drop"]  # side by side, in the given order
-    assert set(default) == {"accuracy", "tokens", "compression_ratio", "summarizer", "transcripts"}
+    assert set(default) == {
+        "accuracy",
+        "tokens",
+        "compression_ratio",
+        "dollars",
+        "summarizer",
+        "transcripts",
+    }
     assert [t["outcome"] for t in default["transcripts"]] == ["applied"] * 3
     printed = capsys.readouterr()
     assert "default" in printed.out and "drop" in printed.out and "compacted" in printed.out

@@ -1,0 +1,137 @@
+"""The price trigger: compact when it pays for itself (issue 19; docs/cost.md#deciding-by-price).
+
+The token triggers fire at fixed sizes; a policy with ``trigger.pays`` (the default) also fires
+when compacting *now* costs less, over the turns the conversation can be expected to go on,
+than sending it whole: the rule and its arithmetic are ``proxy.economics.decision``. This module
+gathers what the rule weighs for one request:
+
+- the prompt as planned (``current``) and as it would be sent compacted: the same plan with the
+  ``pays`` trigger fired (the policy's own ``keep``; in one long agent run, down to a share of
+  ``pays_from_tokens``, as the token triggers cut deeper), with the ready summary when one was
+  made ahead of time (its cost is spent: only the cache break counts), else with a summary of
+  the estimated size (a tenth of what it reads, at most ``max_summary_tokens``);
+- the summarizer's call: what it reads, billed at its model's price, uncached;
+- the conversation's pace (``proxy.compaction.pace``): its growth per turn, and the turns to come,
+  estimated as many as it has had (a conversation that has gone on for 40 turns is as likely as
+  not to go on for 40 more: the estimate known as the Lindy or Copernican rule);
+- whether the cache is warm: the conversation's previous request came less than
+  ``CACHE_TTL_SECONDS`` ago. A cold cache costs the uncompacted prompt a full write too, so that
+  is the moment compacting costs no break.
+
+It looks only at prompts of ``pays_from_tokens`` or more, with a known pace (two growing turns
+seen) and a priced model; otherwise the token triggers decide alone. The prompt's tokens are the
+proxy's counts: the decision compares two prompts counted alike, so a tokenizer that differs from
+the provider's moves both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxy.compaction.conversation import Conversation
+from proxy.compaction.pace import Pace
+from proxy.compaction.planning import plan_with
+from proxy.compaction.settings import CompactionSettings
+from proxy.core.checkpoints import Checkpoint
+from proxy.core.planner import PAYS, Plan
+from proxy.core.tokens import TokenCounter
+from proxy.economics.decision import Outlook, PriceDecision, decide
+from proxy.economics.prices import PriceTable
+
+CACHE_TTL_SECONDS = 300.0  # Anthropic's cache life; OpenAI keeps an idle prefix 5-10 minutes
+SUMMARY_SHARE = 0.1  # a summary is estimated at this share of what it reads...
+SUMMARY_FLOOR_TOKENS = 256  # ...and at least this many tokens
+INSTRUCTION_TOKENS = 600  # the summarizer's own prompt around the transcript
+# The turns still to come, as a share of those seen (the Lindy estimate: as many again).
+REMAINING_SHARE = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class PriceCheck:
+    """The price trigger's verdict for one request: the plan to send when it fired."""
+
+    decision: PriceDecision
+    plan: Plan
+
+    @property
+    def fired(self) -> bool:
+        return self.decision.compact
+
+
+class PriceTrigger:
+    """Decides, for one planned request, whether compacting now pays."""
+
+    def __init__(
+        self, settings: CompactionSettings, prices: PriceTable, counter: TokenCounter
+    ) -> None:
+        self._settings = settings
+        self._prices = prices
+        self._counter = counter
+
+    def looks_at(self, conv: Conversation, current: Plan) -> bool:
+        """Whether ``check`` may fire for this request (before the pace is read)."""
+        policy = conv.policy
+        trigger = policy.trigger
+        return (
+            policy.strategy == "summarize"
+            and trigger.pays
+            and not current.fired
+            and current.tokens_after >= trigger.pays_from_tokens
+            and self._prices.price(conv.model).priced
+        )
+
+    def check(
+        self,
+        conv: Conversation,
+        current: Plan,
+        checkpoint: Checkpoint | None,
+        pace: Pace | None,
+        now: float,
+    ) -> PriceCheck | None:
+        """The verdict, or None when the price trigger does not look at this request (see the
+        module's docstring). Blocking: plans the conversation a second time (CPU work)."""
+        if pace is None or not self.looks_at(conv, current):
+            return None
+        growth = pace.growth_per_turn
+        if growth is None:
+            return None
+        policy = conv.policy
+        price = self._prices.price(conv.model)
+        candidate = plan_with(conv, checkpoint, counter=self._counter, fire=(PAYS,))
+        own = self._settings.summarizer.for_policy(policy, request_model=conv.model)
+        summary_in = summary_out = 0
+        compacted = candidate.tokens_after
+        if not candidate.changed:  # no ready summary applies: one must be made first
+            wanted = candidate.summary_request
+            if wanted is None:
+                return None
+            counter = self._counter.with_facts(conv.facts)
+            summary_in = counter.count_messages(list(wanted.messages), conv.model)
+            summary_in += INSTRUCTION_TOKENS
+            if wanted.previous:
+                summary_in += counter.count_text(wanted.previous, own.model)
+            summary_out = min(
+                own.max_summary_tokens,
+                max(SUMMARY_FLOOR_TOKENS, int(summary_in * SUMMARY_SHARE)),
+            )
+            compacted = candidate.with_summary(_placeholder(summary_out)).tokens_after
+        warm = pace.at is not None and 0 <= now - pace.at < CACHE_TTL_SECONDS
+        outlook = Outlook(
+            prompt_tokens=current.tokens_after,
+            compacted_tokens=compacted,
+            summary_input_tokens=summary_in,
+            summary_output_tokens=summary_out,
+            growth_per_turn=growth,
+            remaining_turns=pace.samples * REMAINING_SHARE,
+            cache_warm=warm,
+        )
+        summarizer_price = self._prices.price(own.model)
+        if not summarizer_price.priced:  # an unpriced summarizer is not free: price it alike
+            summarizer_price = price
+        verdict = decide(outlook, price, summarizer_price=summarizer_price)
+        return PriceCheck(verdict, candidate)
+
+
+def _placeholder(tokens: int) -> str:
+    """A text of about ``tokens`` tokens, standing for a summary not written yet."""
+    return " x" * tokens

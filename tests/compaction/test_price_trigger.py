@@ -1,0 +1,153 @@
+"""The price trigger (issue 19, "Decide by price"), in process: one ``Compactor.decide`` per
+turn of a growing conversation, the proxy's clock set by the test, the decision read from what
+would be sent and from ``X-Compaction``.
+
+What a user notices: under a priced model the default policy compacts a long conversation well
+before the window forces it, once a summary pays for itself over the turns to come; a cold cache
+(the conversation idle past the cache's TTL) is the moment it pays soonest; an unpriced model,
+``pays: false`` or a prompt under ``pays_from_tokens`` leave it to the token thresholds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from proxy import wirejson
+from proxy.compaction.background import BackgroundQueue
+from proxy.compaction.calibration import Calibration
+from proxy.compaction.compactor import Compactor
+from proxy.compaction.decision import Incoming
+from proxy.compaction.settings import CompactionSettings
+from proxy.compaction.windows import ModelWindows
+from proxy.config.settings import parse_settings
+from proxy.core.tokens import TokenCounter
+from proxy.dialects.chat_completions import CHAT
+from proxy.economics.prices import PriceTable
+from proxy.state.opening import open_store
+from proxy.types import HeaderView
+
+# gpt-4.1's prices, a window the conversation never nears: only the price trigger can fire.
+CONFIG = """
+models: {{"priced-model": {{context_window: 1000000, encoding: o200k_base}}}}
+pricing:
+  models:
+    "priced-model": {{input: 2.0, cached_input: 0.5, output: 8.0}}
+summarizer: {{model: priced-model, max_summary_tokens: 256}}
+policies:
+  default:
+    mode: inline
+    keep: {{interactions: 1}}
+    trigger: {{pays: {pays}, pays_from_tokens: 2000}}
+"""
+MINUTE = 60.0
+
+
+class FixedSummary:
+    async def summarize(
+        self, transcript: Sequence[dict[str, Any]], *, previous: str | None, model: str, **_: Any
+    ) -> str:
+        return "SUMMARY of the early turns"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def compactor(yaml_text: str, clock: Clock) -> Compactor:
+    settings = parse_settings(yaml_text, environ={})
+    return Compactor(
+        CompactionSettings.of(settings),
+        store=open_store(settings.store),
+        counter=TokenCounter(settings.model_table()),
+        summarizer_for=lambda caller, own=None: FixedSummary(),
+        background=BackgroundQueue(max_queue=4, concurrency=1),
+        windows=ModelWindows(settings.models, settings.upstream),
+        calibration=Calibration(settings.calibration),
+        prices=PriceTable(settings.pricing),
+        clock=clock,
+    )
+
+
+class Body:
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    async def read(self) -> bytes:
+        return self.raw
+
+
+def turns(count: int, *, model: str = "priced-model") -> bytes:
+    """A conversation of ``count`` interactions of about 1,000 tokens each."""
+    messages = [{"role": "system", "content": "You help."}]
+    for i in range(count):
+        messages += [
+            {"role": "user", "content": f"question {i}: " + "why is that so " * 120},
+            {"role": "assistant", "content": f"answer {i}: " + "because it is " * 120},
+        ]
+    return wirejson.encode({"model": model, "messages": messages})
+
+
+async def play(made: Compactor, clock: Clock, bodies: list[bytes], gaps: list[float]) -> list[str]:
+    """Each body as one request of conversation c1, ``gaps[i]`` seconds after the previous one;
+    the X-Compaction outcome of each."""
+    outcomes = []
+    view = HeaderView.of([(b"x-conversation-id", b"c1")])
+    for raw, gap in zip(bodies, gaps, strict=True):
+        clock.now += gap
+        decision = await made.decide(Incoming(view, Body(raw), CHAT, {}, False))
+        outcomes.append(dict(decision.response_headers)[b"x-compaction"].decode())
+        await made.paces.join()  # the pace written, as it is long before a client's next turn
+    return outcomes
+
+
+def test_a_long_conversation_is_compacted_once_a_summary_pays(tiktoken_files: object) -> None:
+    clock = Clock()
+    bodies = [turns(n) for n in range(2, 14)]
+    gaps = [MINUTE] * len(bodies)
+    priced = asyncio.run(play(compactor(CONFIG.format(pays="true"), clock), clock, bodies, gaps))
+    thresholds = asyncio.run(
+        play(compactor(CONFIG.format(pays="false"), Clock()), clock, bodies, gaps)
+    )
+
+    assert "applied" in priced, priced
+    first = priced.index("applied")
+    assert first >= 3  # not before the pace is known: two growing turns seen first
+    assert set(priced[first:]) == {"applied"}  # and compacted from then on
+    assert set(thresholds) == {"skipped"}  # the window alone would never have fired
+
+
+def test_an_unpriced_model_is_left_to_the_token_thresholds(tiktoken_files: object) -> None:
+    clock = Clock()
+    bodies = [turns(n, model="some-unpriced-model") for n in range(2, 14)]
+    outcomes = asyncio.run(
+        play(compactor(CONFIG.format(pays="true"), clock), clock, bodies, [MINUTE] * len(bodies))
+    )
+    assert set(outcomes) == {"skipped"}
+
+
+def test_a_cold_cache_is_the_moment_compacting_pays(tiktoken_files: object) -> None:
+    """Three turns seen: with a warm cache a summary would take longer to pay back than the
+    conversation can be expected to last; after an idle pause past the cache's TTL the prompt is
+    written in full either way, and the same request is compacted."""
+    bodies = [turns(n) for n in range(3, 7)]
+    warm_clock, cold_clock = Clock(), Clock()
+    warm = asyncio.run(
+        play(compactor(CONFIG.format(pays="true"), warm_clock), warm_clock, bodies, [MINUTE] * 4)
+    )
+    cold = asyncio.run(
+        play(
+            compactor(CONFIG.format(pays="true"), cold_clock),
+            cold_clock,
+            bodies,
+            [MINUTE, MINUTE, MINUTE, 10 * MINUTE],
+        )
+    )
+    assert warm[3] == "skipped", warm
+    assert cold[3] == "applied", cold
+    assert warm[:3] == cold[:3]
