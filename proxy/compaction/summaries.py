@@ -27,6 +27,7 @@ from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summarizer import SummarizerFactory
 from proxy.config.settings import SummarizerSettings
 from proxy.core.checkpoints import Checkpoint
+from proxy.core.pins import to_summarize
 from proxy.core.planner import SummaryRequest
 from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter
@@ -108,7 +109,7 @@ class Summaries:
                 return existing
             if existing is not None and existing.covered > wanted.start:
                 wanted = SummaryRequest(
-                    tuple(conv.messages[existing.covered : wanted.covered]),
+                    to_summarize(conv.messages, conv.policy.pin, existing.covered, wanted.covered),
                     existing.summary,
                     existing.covered,
                     wanted.covered,

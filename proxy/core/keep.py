@@ -9,8 +9,8 @@
 - ``fraction: F``: like ``tokens`` with F x the model's context window; when the window is
   unknown, the last 2 interactions (the default keep).
 
-A cut inside an interaction sends its user message again (``Grouping.task_before``), so that
-message counts towards what is kept. Whatever the mode, the newest round (or the latest user
+A cut inside an interaction sends its user message again (``Grouping.task_before``), and pinned
+messages before the cut are sent anyway (``proxy.core.pins``), so they count towards what is kept. Whatever the mode, the newest round (or the latest user
 message, when its interaction has no complete round yet) is always kept, and the result is a
 safe cut point: never between a tool call and its result.
 """
@@ -71,9 +71,8 @@ def _walk_back(
             if kept_messages(grouping, cuts[i]) >= messages:
                 break
         else:
-            task = grouping.task_before(earlier)
             wider = tail + sum(counts[earlier : cuts[i]])
-            if wider + (counts[task] if task is not None else 0) > tokens:
+            if wider + sum(counts[j] for j in grouping.sent_again(earlier)) > tokens:
                 break
             tail = wider
         i -= 1
@@ -81,11 +80,11 @@ def _walk_back(
 
 
 def kept_messages(grouping: Grouping, cut: int) -> int:
-    """Messages sent verbatim after the preamble when the verbatim part starts at ``cut``."""
-    return grouping.total - cut + (grouping.task_before(cut) is not None)
+    """Messages sent verbatim after the preamble when the verbatim part starts at ``cut`` (the
+    pinned ones and the task message before it included)."""
+    return grouping.total - cut + len(grouping.sent_again(cut))
 
 
 def kept_tokens(grouping: Grouping, counts: Sequence[int], cut: int) -> int:
     """Tokens of those messages."""
-    task = grouping.task_before(cut)
-    return sum(counts[cut:]) + (counts[task] if task is not None else 0)
+    return sum(counts[cut:]) + sum(counts[i] for i in grouping.sent_again(cut))
