@@ -139,6 +139,8 @@ class Summaries:
         own = self._settings.for_policy(conv.policy, request_model=conv.model)
         started = time.perf_counter()
         summarizer = self._summarizer_for(conv.credentials, own)
+        # X-Compaction-Focus, for this summary only (a summarizer of old has no such keyword).
+        steer = {"focus": conv.focus} if conv.focus else {}
         try:
             text = await asyncio.wait_for(
                 summarizer.summarize(
@@ -146,6 +148,7 @@ class Summaries:
                     previous=wanted.previous,
                     model=own.model,
                     max_tokens=own.max_summary_tokens,
+                    **steer,
                 ),
                 timeout=own.timeout_seconds,
             )
@@ -185,5 +188,6 @@ class Summaries:
                 strategy="summarize" if triggered else AHEAD,
                 dropped_messages=wanted.covered - wanted.start,
                 dropped_tokens=input_tokens,
+                focus=conv.focus,
             ),
         )

@@ -79,6 +79,7 @@ def describe_checkpoint(checkpoint: Checkpoint, *, include_summary: bool = True)
         "model": checkpoint.model,
         "strategy": checkpoint.strategy,
         "created_at": checkpoint.created_at,
+        "focus": checkpoint.focus,
     }
     if include_summary:
         view["summary"] = checkpoint.summary
