@@ -186,7 +186,7 @@ class Summaries:
                 # for the store, the admin API and the export sinks (issue 17).
                 model=well_formed(own.model),
                 strategy="summarize" if triggered else AHEAD,
-                dropped_messages=wanted.covered - wanted.start,
+                dropped_messages=len(wanted.messages),  # pinned ones are sent, not dropped
                 dropped_tokens=input_tokens,
                 focus=conv.focus,
             ),

@@ -35,6 +35,7 @@ from typing import Any
 from simpleeval import EvalWithCompoundTypes
 
 from proxy.core.conditions import parse_expression
+from proxy.core.facts import Facts
 from proxy.core.interactions import Grouping, group
 from proxy.core.messages import content_text
 
@@ -78,9 +79,14 @@ def compile_pins(expressions: tuple[str, ...]) -> tuple[Pin, ...]:
 
 
 def pinned(
-    messages: Sequence[dict[str, Any]], grouping: Grouping, expressions: tuple[str, ...]
+    messages: Sequence[dict[str, Any]],
+    grouping: Grouping,
+    expressions: tuple[str, ...],
+    facts: Sequence[Facts] | None = None,
 ) -> tuple[int, ...]:
-    """Indexes of the pinned messages after the preamble, ascending, closed over tool rounds."""
+    """Indexes of the pinned messages after the preamble, ascending, closed over tool rounds.
+    ``facts`` (each message's, ``proxy.core.facts``) remembers each answer, so a long history
+    is evaluated once, not on every request."""
     if not expressions:
         return ()
     pins = compile_pins(expressions)
@@ -89,8 +95,11 @@ def pinned(
     members: dict[int, list[int]] = {}  # assistant index -> its round's indexes
     chosen: set[int] = set()
     last_function_call = -1  # legacy functions carry no id: a result answers the latest call
+    starts = set(grouping.starts)
+    turn = -1
     for i in range(grouping.preamble_len, len(messages)):
         message = messages[i]
+        turn += i in starts
         role = message.get("role")
         calls: tuple[str, ...] = ()
         tool = None
@@ -107,15 +116,25 @@ def pinned(
                 owner = last_function_call
             if owner is not None:
                 members.setdefault(owner, [owner]).append(i)
-        names = {
-            "message": message,
-            "role": role,
-            "text": content_text(message.get("content")),
-            "tool": tool,
-            "calls": calls,
-            "turn": grouping.interaction_at(i),
-        }
-        if any(pin.matches(names) for pin in pins):
+        # All else an expression sees comes from the message's content: the fact's key.
+        key = (expressions, turn, tool)
+        known = facts[i].pins if facts is not None else None
+        found = known.get(key) if known is not None else None
+        if found is None:
+            names = {
+                "message": message,
+                "role": role,
+                "text": content_text(message.get("content")),
+                "tool": tool,
+                "calls": calls,
+                "turn": turn,
+            }
+            found = any(pin.matches(names) for pin in pins)
+            if facts is not None:
+                if known is None:
+                    known = facts[i].pins = {}
+                known[key] = found
+        if found:
             chosen.add(i)
     for round_members in members.values():  # a call and its results travel together
         if chosen.intersection(round_members):

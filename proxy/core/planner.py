@@ -94,7 +94,8 @@ def plan(
     )
     grouping = group(source)
     if policy.pin and policy.strategy != "off":
-        grouping = replace(grouping, pinned=pinned(source, grouping, policy.pin))
+        found = pinned(source, grouping, policy.pin, counter.facts_of(source))
+        grouping = replace(grouping, pinned=found)
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.per_message(source, model)
     tokens_before = sum(source_counts) + fixed

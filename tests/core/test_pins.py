@@ -7,8 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from proxy.core.facts import FactCache
 from proxy.core.interactions import group
 from proxy.core.pins import pinned
+from proxy.core.plan_view import describe_plan
 from proxy.core.planner import PriorSummary
 from proxy.core.policy import (
     ClearToolResultsSettings,
@@ -45,6 +47,8 @@ def test_pinned_user_messages_travel_verbatim_in_order_after_the_summary(
     assert sent[2:10] == old_questions  # verbatim, in their order, the very same dicts
     assert all(a is b for a, b in zip(sent[2:10], old_questions, strict=True))
     assert sent[10:] == messages[17:]  # then the kept interactions
+    # What the admin API's preview and the dry run show of it.
+    assert describe_plan(done)["pinned_messages"] == list(range(1, 21, 2))
     assert done.tokens_after == counter.count_messages(sent, "gpt-4o")
 
 
@@ -192,3 +196,29 @@ def test_any_plan_sends_every_pin_verbatim_in_order_with_pairs_intact(
         assert len(summary_at(sent)) <= 1
         if result.summary_request is not None:
             assert not any(m is messages[i] for i in pins for m in result.summary_request.messages)
+
+
+def test_answers_remembered_per_message_still_depend_on_where_it_sits() -> None:
+    """The same text at another turn, or a result of another tool, is judged again."""
+    cache = FactCache()
+    same = [system(), user("again"), assistant("a"), user("other"), assistant("b")]
+    same += [user("again"), assistant("c")]
+    grouping = group(same)
+    with cache.request() as facts:
+        first = pinned(same, grouping, ('turn == 2 and text == "again"',), facts.scan(same))
+    with cache.request() as facts:
+        again = pinned(same, grouping, ('turn == 2 and text == "again"',), facts.scan(same))
+        other = pinned(same, grouping, ("turn == 0",), facts.scan(same))
+    assert first == again == (5,)
+    assert other == (1, 2)
+    results = [
+        system(),
+        user("go"),
+        assistant(None, ("c1", "read_spec", "{}")),
+        tool("c1", "same output"),
+        assistant(None, ("c2", "read_file", "{}")),
+        tool("c2", "same output"),
+    ]
+    with cache.request() as facts:
+        found = pinned(results, group(results), ('tool == "read_file"',), facts.scan(results))
+    assert found == (4, 5)
