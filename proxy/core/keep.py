@@ -64,17 +64,20 @@ def _walk_back(
     i = bisect_left(cuts, deepest)
     if i == len(cuts) or cuts[i] != deepest:
         return deepest
-    tail = sum(counts[deepest:])  # tokens of messages[cut:], grown as the cut moves back
+    kept = kept_tokens(grouping, counts, deepest)  # grown as the cut moves back
+    pins = set(grouping.pinned)  # sent whatever the cut: already counted
     while i > 0:
         earlier = cuts[i - 1]
         if messages:
             if kept_messages(grouping, cuts[i]) >= messages:
                 break
         else:
-            wider = tail + sum(counts[earlier : cuts[i]])
-            if wider + sum(counts[j] for j in grouping.sent_again(earlier)) > tokens:
+            wider = kept + sum(counts[j] for j in range(earlier, cuts[i]) if j not in pins)
+            wider += task_tokens(grouping, counts, earlier, pins)
+            wider -= task_tokens(grouping, counts, cuts[i], pins)
+            if wider > tokens:
                 break
-            tail = wider
+            kept = wider
         i -= 1
     return cuts[i]
 
@@ -88,3 +91,9 @@ def kept_messages(grouping: Grouping, cut: int) -> int:
 def kept_tokens(grouping: Grouping, counts: Sequence[int], cut: int) -> int:
     """Tokens of those messages."""
     return sum(counts[cut:]) + sum(counts[i] for i in grouping.sent_again(cut))
+
+
+def task_tokens(grouping: Grouping, counts: Sequence[int], cut: int, pins: set[int]) -> int:
+    """Tokens of the task message sent again at ``cut``, unless it is pinned (sent anyway)."""
+    task = grouping.task_before(cut)
+    return counts[task] if task is not None and task not in pins else 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.core.interactions import Grouping
-from proxy.core.keep import kept_tokens
+from proxy.core.keep import kept_tokens, task_tokens
 from proxy.core.policy import PolicySettings
 from proxy.core.summary_message import render_summary_message
 from proxy.core.tokens import TokenCounter
@@ -164,14 +164,8 @@ def cut_deeper(grouping: Grouping, counts: list[int], cut: int, budget: int) -> 
         if cuts[i] <= position:
             i += 1
             continue
-        tail += _task_tokens(grouping, counts, cuts[i], pins)
-        tail -= _task_tokens(grouping, counts, position, pins)
+        tail += task_tokens(grouping, counts, cuts[i], pins)
+        tail -= task_tokens(grouping, counts, position, pins)
         tail -= sum(counts[j] for j in range(position, cuts[i]) if j not in pins)
         position = cuts[i]
     return position
-
-
-def _task_tokens(grouping: Grouping, counts: list[int], cut: int, pins: set[int]) -> int:
-    """Tokens of the task message sent again at ``cut``, unless it is pinned (counted then)."""
-    task = grouping.task_before(cut)
-    return counts[task] if task is not None and task not in pins else 0
