@@ -6,11 +6,13 @@ bad value is a 400 in the dialect's error shape with nothing forwarded or stored
 
 from __future__ import annotations
 
+import anthropic
 import httpx
 import openai
 import pytest
 
 from proxy.compaction.focus import MAX_CHARS
+from tests.dialects.test_anthropic_messages import anthropic_client
 from tests.support.clients import admin_get, admin_view, openai_client
 from tests.support.config import EVERY_THREE_INTERACTIONS, summarizing
 from tests.support.provider import SYSTEM, Provider, take_turn
@@ -97,3 +99,27 @@ def test_the_official_client_gets_a_bad_request_error_for_a_long_focus(mock, sta
         )
     assert "X-Compaction-Focus" in str(refused.value)
     assert mock.chat_requests() == []
+
+
+def test_anthropic_messages_get_a_bad_focus_in_anthropics_error_shape(
+    mock, second_mock, start_proxy
+) -> None:
+    settings = summarizing(
+        mock.url,
+        policy=EVERY_THREE_INTERACTIONS,
+        upstream={"anthropic_base_url": second_mock.url},
+    )
+    server = start_proxy(settings)
+    client = anthropic_client(server, "bad-focus")
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(
+            model="claude-mock-1",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"X-Compaction-Focus": "z" * (MAX_CHARS + 1)},
+        )
+    body = refused.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "X-Compaction-Focus" in body["error"]["message"]
+    assert second_mock.received == [] and mock.chat_requests() == []
