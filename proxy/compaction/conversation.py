@@ -45,6 +45,8 @@ class Conversation:
     # The provider's cache bucket for this conversation (OpenAI's prompt_cache_key): derived
     # from the tenant and the id, never the id itself; "" when none is set.
     cache_key: str = ""
+    # X-Compaction-Focus: one line for the summary this request makes (proxy.compaction.focus).
+    focus: str | None = None
 
     @property
     def route(self) -> str:

@@ -59,6 +59,9 @@ points under headings. Output only the summary."""
 
 _VERBATIM = "The turns from this one on stay verbatim after your summary, so cover what came \
 before it: "
+# X-Compaction-Focus (proxy.compaction.focus), for the summary that request makes.
+FOCUS_NOTE = """For this summary the user asks you to focus on: {focus}
+Keep everything the conversation says about it, in full detail; summarize the rest as usual."""
 _DESCRIBE_CHARS = 160
 _REFUSAL = re.compile(r"^\s*(I'm sorry|I am sorry|Sorry,|I can(?:'|no)t|I won't)", re.I)
 
@@ -82,11 +85,17 @@ def prefix_is_cheaper(
     return on_prefix < quoted
 
 
-def instruction_for(messages: Sequence[dict[str, Any]], covered: int) -> str:
-    """The instructions, naming the first message that stays verbatim (when there is one)."""
-    if covered >= len(messages):
-        return INSTRUCTION
-    return f"{INSTRUCTION}\n\n{_VERBATIM}{_describe(messages[covered])}"
+def instruction_for(
+    messages: Sequence[dict[str, Any]], covered: int, focus: str | None = None
+) -> str:
+    """The instructions, naming the first message that stays verbatim (when there is one) and
+    the request's ``X-Compaction-Focus`` (when it sent one)."""
+    text = INSTRUCTION
+    if covered < len(messages):
+        text += f"\n\n{_VERBATIM}{_describe(messages[covered])}"
+    if focus:
+        text += "\n\n" + FOCUS_NOTE.format(focus=focus)
+    return text
 
 
 def _describe(message: dict[str, Any]) -> str:
@@ -106,6 +115,7 @@ async def summarize_on_prefix(
     model: str,
     max_tokens: int,
     counter: TokenCounter,
+    focus: str | None = None,
 ) -> tuple[str, BilledUsage | None]:
     """The summary of ``transcript`` (``messages[:covered]`` after the preamble) asked on the
     cached prefix, and what its call was billed. Raises SummarizerError."""
@@ -114,7 +124,7 @@ async def summarize_on_prefix(
         sent = json.loads(source.sent)
     except ValueError as exc:
         raise SummarizerError("the sent body is not JSON") from exc
-    body = dialect.summary_call(sent, instruction_for(messages, covered), max_tokens)
+    body = dialect.summary_call(sent, instruction_for(messages, covered, focus), max_tokens)
     if body is None:
         raise SummarizerError(f"no summary on the prefix for {dialect.name}")
     try:

@@ -3,7 +3,8 @@ and how their values are written (docs/operations.md). Nothing else spells these
 
 Request headers (the client's): ``X-Compaction: off`` skips compaction for one request,
 ``X-Compaction-Policy`` names a policy, ``X-Compaction-Checkpoint`` pins a checkpoint
-(``proxy.compaction.pinning``). None of them reaches the provider.
+(``proxy.compaction.pinning``), ``X-Compaction-Focus`` steers the summary made for the request
+(``proxy.compaction.focus``). None of them reaches the provider.
 
 Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``skipped``,
 ``pending``, ``blocked``, ``failed``, ``off``), with the tokens before and after, the checkpoint
@@ -24,10 +25,12 @@ TOKENS_BEFORE = "x-compaction-tokens-before"
 TOKENS_AFTER = "x-compaction-tokens-after"
 RETRIED = "x-compaction-retried"
 LEDGER = "x-compaction-ledger"  # response: the conversation's dollars so far (ledger_header)
+FOCUS = "x-compaction-focus"  # request: one line for the summary this request makes
 
 # As errors name them (the case the docs write).
 POLICY_PARAM = "X-Compaction-Policy"
 CHECKPOINT_PARAM = "X-Compaction-Checkpoint"
+FOCUS_PARAM = "X-Compaction-Focus"
 
 # The summary webhook's own headers (proxy/ops/export/webhook.py): a delivery, not a request.
 WEBHOOK_SIGNATURE = "X-Compaction-Signature"

@@ -21,6 +21,7 @@ from proxy.compaction import protocol
 from proxy.compaction.ahead import AheadOfTime
 from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming
+from proxy.compaction.focus import asked_focus
 from proxy.compaction.follow_up import PlannedFollowUp
 from proxy.compaction.model_info import ModelInfos
 from proxy.compaction.offload import is_heavy, work
@@ -100,6 +101,7 @@ class Rewriter:
         return None
 
     async def decide(self, incoming: Incoming) -> Decision:
+        focus = asked_focus(incoming.headers)  # a bad one is a 400 before anything is read
         decided_headers = self.decided_by_headers(incoming.headers)
         if decided_headers is not None:
             body = None if incoming.streamable else await incoming.body.read()
@@ -107,9 +109,11 @@ class Rewriter:
         raw = await incoming.body.read()
         # Each message's key is computed once per request; later looks find it by identity.
         with self._counter.facts.request() as facts:
-            return await self._decide(incoming, raw, facts)
+            return await self._decide(incoming, raw, facts, focus)
 
-    async def _decide(self, incoming: Incoming, raw: bytes, facts: FactLookup) -> Decision:
+    async def _decide(
+        self, incoming: Incoming, raw: bytes, facts: FactLookup, focus: str | None
+    ) -> Decision:
         headers, dialect = incoming.headers, incoming.dialect
         conversation = self._settings.conversation
         tenant = self._tenancy.tenant(credential_from_headers(headers.values, conversation))
@@ -151,6 +155,8 @@ class Rewriter:
                 facts=facts,
             ),
         )
+        if focus is not None:
+            conv = replace(conv, focus=focus)
         record = await self._stored.record(conv)
         pinned = protocol.pinned_checkpoint(headers)
         current = await work(heavy, self._plan_applying, conv, record, pinned)

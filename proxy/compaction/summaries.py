@@ -29,6 +29,7 @@ from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summarizer import SummarizerFactory
 from proxy.config.settings import SummarizerSettings
 from proxy.core.checkpoints import Checkpoint
+from proxy.core.pins import to_summarize
 from proxy.core.planner import SummaryRequest
 from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter
@@ -116,7 +117,7 @@ class Summaries:
                 return existing
             if existing is not None and existing.covered > wanted.start:
                 wanted = SummaryRequest(
-                    tuple(conv.messages[existing.covered : wanted.covered]),
+                    to_summarize(conv.messages, conv.policy.pin, existing.covered, wanted.covered),
                     existing.summary,
                     existing.covered,
                     wanted.covered,
@@ -181,8 +182,9 @@ class Summaries:
                 # for the store, the admin API and the export sinks (issue 17).
                 model=well_formed(model),
                 strategy="summarize" if triggered else AHEAD,
-                dropped_messages=wanted.covered - wanted.start,
+                dropped_messages=len(wanted.messages),  # pinned ones are sent, not dropped
                 dropped_tokens=input_tokens,
+                focus=conv.focus,
             ),
         )
 
@@ -217,6 +219,7 @@ class Summaries:
                     model=conv.model,
                     max_tokens=own.max_summary_tokens,
                     counter=self._counter,
+                    focus=conv.focus,
                 ),
                 timeout=own.timeout_seconds,
             )
@@ -231,6 +234,8 @@ class Summaries:
     ) -> Written:
         """The summary of the quoted transcript, by the summarizer's model."""
         summarizer = self._summarizer_for(conv.credentials, own)
+        # X-Compaction-Focus, for this summary only (a summarizer of old has no such keyword).
+        steer = {"focus": conv.focus} if conv.focus else {}
         try:
             text = await asyncio.wait_for(
                 summarizer.summarize(
@@ -238,6 +243,7 @@ class Summaries:
                     previous=wanted.previous,
                     model=own.model,
                     max_tokens=own.max_summary_tokens,
+                    **steer,
                 ),
                 timeout=own.timeout_seconds,
             )

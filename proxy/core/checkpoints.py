@@ -79,6 +79,7 @@ class Checkpoint:
     created_at: float
     dropped_messages: int = 0
     dropped_tokens: int = 0
+    focus: str | None = None  # the X-Compaction-Focus the summary was made with
 
     @classmethod
     def create(
@@ -94,6 +95,7 @@ class Checkpoint:
         dropped_messages: int = 0,
         dropped_tokens: int = 0,
         created_at: float | None = None,
+        focus: str | None = None,
     ) -> Checkpoint:
         """A new checkpoint over ``messages[:covered]`` with a fresh id and its chain computed."""
         if not 0 < covered <= len(messages):
@@ -110,6 +112,7 @@ class Checkpoint:
             created_at=time.time() if created_at is None else created_at,
             dropped_messages=dropped_messages,
             dropped_tokens=dropped_tokens,
+            focus=focus,
         )
 
 
@@ -232,6 +235,8 @@ _CHECKPOINT_FIELDS: dict[str, tuple[type, ...]] = {
     "dropped_messages": (int,),
     "dropped_tokens": (int,),
 }
+# Written only when set, so a record without them reads as before (and older readers skip them).
+_OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {"focus": (str,)}
 
 
 def encode_record(record: Record) -> bytes:
@@ -241,9 +246,7 @@ def encode_record(record: Record) -> bytes:
         "owner": record.owner,
         "conversation_id": record.conversation_id,
         "updated_at": record.updated_at,
-        "checkpoints": [
-            {k: getattr(cp, k) for k in _CHECKPOINT_FIELDS} for cp in record.checkpoints
-        ],
+        "checkpoints": [_encode_checkpoint(cp) for cp in record.checkpoints],
     }
     retired = sorted(c.id for c in record.checkpoints if c.id in record.retired)
     if retired:  # absent unless an operator restored: a record without it reads as before
@@ -251,6 +254,12 @@ def encode_record(record: Record) -> bytes:
     # wirejson: text no UTF-8 encoder takes (a lone surrogate in a model name that came from a
     # client) is written as its JSON escape instead of failing the store (issue 17).
     return wirejson.encode(data)
+
+
+def _encode_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
+    fields = {k: getattr(checkpoint, k) for k in _CHECKPOINT_FIELDS}
+    optional = {k: getattr(checkpoint, k) for k in _OPTIONAL_FIELDS}
+    return fields | {k: v for k, v in optional.items() if v is not None}
 
 
 def _checked(obj: Mapping[str, Any], key: str, types: tuple[type, ...]) -> Any:
@@ -274,9 +283,9 @@ def decode_record(raw: bytes) -> Record:
     for item in items:
         if not isinstance(item, dict):
             raise RecordError("a checkpoint is not an object")
-        checkpoints.append(
-            Checkpoint(**{k: _checked(item, k, t) for k, t in _CHECKPOINT_FIELDS.items()})
-        )
+        fields = {k: _checked(item, k, t) for k, t in _CHECKPOINT_FIELDS.items()}
+        fields |= {k: _checked(item, k, t) for k, t in _OPTIONAL_FIELDS.items() if k in item}
+        checkpoints.append(Checkpoint(**fields))
     retired = data.get("retired", [])
     if not isinstance(retired, list) or not all(isinstance(i, str) for i in retired):
         raise RecordError("field 'retired' has the wrong type")

@@ -35,8 +35,11 @@ def clear_tool_results(
     if not limit:
         return source, counts, ()
     stubs: list[tuple[int, dict[str, Any], int]] = []  # (index, stub, its tokens), oldest first
+    pins = set(grouping.pinned)  # a pinned result is never stubbed (proxy.core.pins)
     for i in range(grouping.preamble_len, limit):
         message = source[i]
+        if i in pins:
+            continue
         if message.get("role") in ("tool", "function") and counts[i] > settings.min_tokens:
             stub = {**message, "content": CLEARED_STUB.format(tokens=counts[i])}
             stub_tokens = counter.count_message(stub, model)

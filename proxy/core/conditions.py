@@ -29,7 +29,7 @@ class Condition:
     def __init__(self, expression: str) -> None:
         self.expression = expression
         self._evaluator = EvalWithCompoundTypes(functions=dict(_FUNCTIONS), names={})
-        self._tree = _parse(expression, self._evaluator)
+        self._tree = parse_expression(expression, self._evaluator, _NAMES)
 
     def matches(self, message: dict[str, Any]) -> bool:
         self._evaluator.names = {
@@ -44,8 +44,11 @@ class Condition:
             return False
 
 
-def _parse(expression: str, evaluator: EvalWithCompoundTypes) -> ast.expr:
-    """Parse and vet an expression; ValueError names what is wrong."""
+def parse_expression(
+    expression: str, evaluator: EvalWithCompoundTypes, names: frozenset[str]
+) -> ast.expr:
+    """Parse and vet an expression that may use ``names`` and the evaluator's functions (also
+    the pins', ``proxy.core.pins``); ValueError names what is wrong."""
     try:
         tree = ast.parse(expression.strip(), mode="eval").body
     except SyntaxError as exc:
@@ -57,13 +60,13 @@ def _parse(expression: str, evaluator: EvalWithCompoundTypes) -> ast.expr:
         for n in ast.walk(c.target)
         if isinstance(n, ast.Name)
     }
+    functions = evaluator.functions.keys()
     for node in ast.walk(tree):
         if isinstance(node, ast.expr) and type(node) not in evaluator.nodes:
-            raise ValueError(f"{type(node).__name__} is not supported in conditions")
-        if isinstance(node, ast.Name) and node.id not in _NAMES | _FUNCTIONS.keys() | bound:
-            raise ValueError(
-                f"unknown name {node.id!r}; use message, role, text or {', '.join(_FUNCTIONS)}"
-            )
+            raise ValueError(f"{type(node).__name__} is not supported in expressions")
+        if isinstance(node, ast.Name) and node.id not in names | functions | bound:
+            usable = sorted(names - {"True", "False", "None"}) + list(functions)
+            raise ValueError(f"unknown name {node.id!r}; use {', '.join(usable)}")
         if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
             raise ValueError(f"private attribute {node.attr!r} is not allowed")
     return tree

@@ -43,12 +43,14 @@ _EVICT_TO = 0.75  # share of the bounds kept when the cache is trimmed
 class Facts:
     """One message's cached facts, filled in by whoever needs them first."""
 
-    __slots__ = ("digest", "size", "tokens", "used", "valid")
+    __slots__ = ("digest", "pins", "size", "tokens", "used", "valid")
 
     def __init__(self, size: int) -> None:
         self.valid = False  # passed proxy.core.messages.validate_messages
         self.tokens: dict[str, int] = {}  # encoding name -> the message's tokens
         self.digest: bytes | None = None  # proxy.core.digests.message_digest
+        # (pin expressions, turn, tool) -> whether they pin it (proxy.core.pins)
+        self.pins: dict[Hashable, bool] | None = None
         self.size = size  # characters its key holds (the cache's memory bound)
         self.used = 0  # when it was last looked up (the cache's clock)
 

@@ -48,6 +48,8 @@ class Grouping:
     # results by the rounds that came after them).
     round_ends: tuple[int, ...] = ()
     first_is_user: bool = True  # interaction 0 starts with a user message
+    # Messages the policy pins (``proxy.core.pins``), ascending: sent verbatim whatever the cut.
+    pinned: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -96,6 +98,17 @@ class Grouping:
         if k == 0 and not self.first_is_user:
             return None
         return self.starts[k]
+
+    def sent_again(self, cut: int) -> tuple[int, ...]:
+        """The messages before ``cut`` sent verbatim after the summary, in order: the pinned
+        ones after the preamble and the task message (``task_before``)."""
+        task = self.task_before(cut)
+        if not self.pinned:
+            return () if task is None else (task,)
+        again = self.pinned[: bisect_left(self.pinned, cut)]
+        if task is None or task in again:
+            return again
+        return tuple(sorted((*again, task)))
 
 
 def group(messages: list[dict[str, Any]]) -> Grouping:

@@ -9,8 +9,8 @@
 - ``fraction: F``: like ``tokens`` with F x the model's context window; when the window is
   unknown, the last 2 interactions (the default keep).
 
-A cut inside an interaction sends its user message again (``Grouping.task_before``), so that
-message counts towards what is kept. Whatever the mode, the newest round (or the latest user
+A cut inside an interaction sends its user message again (``Grouping.task_before``), and pinned
+messages before the cut are sent anyway (``proxy.core.pins``), so they count towards what is kept. Whatever the mode, the newest round (or the latest user
 message, when its interaction has no complete round yet) is always kept, and the result is a
 safe cut point: never between a tool call and its result.
 """
@@ -64,28 +64,36 @@ def _walk_back(
     i = bisect_left(cuts, deepest)
     if i == len(cuts) or cuts[i] != deepest:
         return deepest
-    tail = sum(counts[deepest:])  # tokens of messages[cut:], grown as the cut moves back
+    kept = kept_tokens(grouping, counts, deepest)  # grown as the cut moves back
+    pins = set(grouping.pinned)  # sent whatever the cut: already counted
     while i > 0:
         earlier = cuts[i - 1]
         if messages:
             if kept_messages(grouping, cuts[i]) >= messages:
                 break
         else:
-            task = grouping.task_before(earlier)
-            wider = tail + sum(counts[earlier : cuts[i]])
-            if wider + (counts[task] if task is not None else 0) > tokens:
+            wider = kept + sum(counts[j] for j in range(earlier, cuts[i]) if j not in pins)
+            wider += task_tokens(grouping, counts, earlier, pins)
+            wider -= task_tokens(grouping, counts, cuts[i], pins)
+            if wider > tokens:
                 break
-            tail = wider
+            kept = wider
         i -= 1
     return cuts[i]
 
 
 def kept_messages(grouping: Grouping, cut: int) -> int:
-    """Messages sent verbatim after the preamble when the verbatim part starts at ``cut``."""
-    return grouping.total - cut + (grouping.task_before(cut) is not None)
+    """Messages sent verbatim after the preamble when the verbatim part starts at ``cut`` (the
+    pinned ones and the task message before it included)."""
+    return grouping.total - cut + len(grouping.sent_again(cut))
 
 
 def kept_tokens(grouping: Grouping, counts: Sequence[int], cut: int) -> int:
     """Tokens of those messages."""
+    return sum(counts[cut:]) + sum(counts[i] for i in grouping.sent_again(cut))
+
+
+def task_tokens(grouping: Grouping, counts: Sequence[int], cut: int, pins: set[int]) -> int:
+    """Tokens of the task message sent again at ``cut``, unless it is pinned (sent anyway)."""
     task = grouping.task_before(cut)
-    return sum(counts[cut:]) + (counts[task] if task is not None else 0)
+    return counts[task] if task is not None and task not in pins else 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.core.interactions import Grouping
-from proxy.core.keep import kept_tokens
+from proxy.core.keep import kept_tokens, task_tokens
 from proxy.core.policy import PolicySettings
 from proxy.core.summary_message import render_summary_message
 from proxy.core.tokens import TokenCounter
@@ -142,25 +142,30 @@ def assemble(
     preamble = grouping.preamble_len
     if start == preamble and len(head) == preamble:
         return ctx.working, start, None, tokens  # nothing changed
-    again = [ctx.working[task]] if task is not None else []
+    # The pinned messages before the cut and the task, verbatim and in order (proxy.core.pins).
+    again = [ctx.working[i] for i in grouping.sent_again(start)]
     return [*head, *again, *ctx.working[start:]], start, task, tokens
 
 
 def cut_deeper(grouping: Grouping, counts: list[int], cut: int, budget: int) -> int:
     """The first cut point at or after ``cut`` whose verbatim part fits ``budget`` tokens, never
-    past ``grouping.last_cut()`` (the task message and the newest round always stay)."""
+    past ``grouping.last_cut()`` (the task message and the newest round always stay). Pinned
+    messages are sent whatever the cut: moving it past them saves nothing, and when they alone
+    exceed the budget the prompt stays over it (the provider says so, nothing is dropped)."""
     cuts = grouping.cuts
     deepest = grouping.last_cut()
     i = bisect_left(cuts, cut)
-    tail = sum(counts[cut:])
+    tail = kept_tokens(grouping, counts, cut)
     position = cut
+    pins = set(grouping.pinned)
     while position < deepest and i < len(cuts):
-        task = grouping.task_before(position)
-        if tail + (counts[task] if task is not None else 0) <= budget:
+        if tail <= budget:
             break
         if cuts[i] <= position:
             i += 1
             continue
-        tail -= sum(counts[position : cuts[i]])
+        tail += task_tokens(grouping, counts, cuts[i], pins)
+        tail -= task_tokens(grouping, counts, position, pins)
+        tail -= sum(counts[j] for j in range(position, cuts[i]) if j not in pins)
         position = cuts[i]
     return position

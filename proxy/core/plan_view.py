@@ -54,6 +54,7 @@ def describe_plan(plan: Plan, *, include_messages: bool = True) -> dict[str, Any
         "kept_from": plan.kept_from,
         "task_sent_again": plan.task,
         "cleared_tool_results": list(plan.cleared),
+        "pinned_messages": list(grouping.pinned),
         "applied_checkpoint": plan.applied_checkpoint,
         "summary_needed": None
         if request is None
@@ -79,6 +80,7 @@ def describe_checkpoint(checkpoint: Checkpoint, *, include_summary: bool = True)
         "model": checkpoint.model,
         "strategy": checkpoint.strategy,
         "created_at": checkpoint.created_at,
+        "focus": checkpoint.focus,
     }
     if include_summary:
         view["summary"] = checkpoint.summary

@@ -3,7 +3,9 @@
 Stages, in order (docs/policies.md "The building blocks"; docs/architecture.md "The planner"):
 
 1. Incoming ``<agent_summary>`` messages are stripped; the rest is grouped into interactions.
-2. ``clear_tool_results``: tool results older than N interactions or N tool rounds, larger than
+2. ``pin``: the messages the policy pins are found (``proxy.core.pins``); they are never cleared,
+   summarized or dropped, and are sent verbatim, in order, after the summary.
+   ``clear_tool_results``: tool results older than N interactions or N tool rounds, larger than
    ``min_tokens``, are replaced by a short stub (same ``tool_call_id``, so pairs stay whole)
    before any decision.
 3. Triggers are measured on the prompt as it would be sent without a new summary.
@@ -37,12 +39,13 @@ provider's prompt cache warm).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.core.clearing import clear_tool_results
 from proxy.core.interactions import Grouping, group, strip_agent_summaries
 from proxy.core.keep import first_kept, kept_tokens
+from proxy.core.pins import pinned, unpinned
 from proxy.core.plan import (
     Plan,
     PlanContext,
@@ -94,6 +97,9 @@ def plan(
         else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
     )
     grouping = group(source)
+    if policy.pin and policy.strategy != "off":
+        found = pinned(source, grouping, policy.pin, counter.facts_of(source))
+        grouping = replace(grouping, pinned=found)
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.per_message(source, model)
     tokens_before = sum(source_counts) + fixed
@@ -168,7 +174,6 @@ class _Measured:
         """The triggers, measured on ``head`` + the task message (when ``since`` falls inside
         its interaction) + working[since:]: the prompt as it would be sent."""
         ctx, grouping = self.ctx, self.grouping
-        task = grouping.task_before(since)
         found = measure(
             ctx.working,
             ctx.counts,
@@ -178,7 +183,7 @@ class _Measured:
             tokens=sum(ctx.counter.per_message(head, ctx.model))
             + kept_tokens(grouping, ctx.counts, since)
             + ctx.fixed_tokens,
-            sent_messages=len(head) + (task is not None) + len(ctx.working) - since,
+            sent_messages=len(head) + len(grouping.sent_again(since)) + len(ctx.working) - since,
             context_window=self.window,
         )
         result = evaluate(ctx.policy.trigger, found, soft_fraction=ctx.policy.soft_fraction)
@@ -262,7 +267,8 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
     worth = head_with is None or _smaller(m.ctx, grouping, head_with, cut)
     if current.near and cut > start and worth:
         previous = prior.text if prior is not None and prior_cut is not None else None
-        summary_request = SummaryRequest(tuple(m.source[start:cut]), previous, start, cut)
+        summarized = unpinned(m.source, start, cut, grouping.pinned)  # pins are sent as they are
+        summary_request = SummaryRequest(summarized, previous, start, cut)
     render_at = prior_cut if applied is not None and prior_cut is not None else preamble
     return _Decision(head, render_at, current, applied, summary_request)
 
@@ -307,13 +313,11 @@ def _prior_cut(prior: PriorSummary | None, grouping: Grouping) -> int | None:
 
 
 def _smaller(ctx: PlanContext, grouping: Grouping, head: list[dict[str, Any]], cut: int) -> bool:
-    """The summary (and the task message sent again) cost fewer tokens than the messages they
-    replace: a summary of a few short turns can be longer than the turns themselves."""
+    """The summary (and the task and pinned messages sent again) cost fewer tokens than the
+    messages they replace: a summary of a few short turns can be longer than the turns."""
     preamble = grouping.preamble_len
     added = sum(ctx.counter.per_message(head[preamble:], ctx.model))
-    task = grouping.task_before(cut)
-    if task is not None:
-        added += ctx.counts[task]
+    added += sum(ctx.counts[i] for i in grouping.sent_again(cut))
     return added < sum(ctx.counts[preamble:cut])
 
 

@@ -10,9 +10,18 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 from proxy.core.conditions import Condition
+from proxy.core.pins import check_pin
 from proxy.core.summary_message import check_final_prompt
 
 
@@ -21,6 +30,18 @@ class PolicyModel(BaseModel):
 
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+def _pin_expression(expression: str) -> str:
+    try:
+        check_pin(expression)  # the same parser and vetting the planner uses
+    except ValueError as exc:
+        raise ValueError(f"not a valid pin: {exc}") from exc
+    return expression
+
+
+# Vetted one by one, so that a config error names the list item (and its line).
+PinExpression = Annotated[str, AfterValidator(_pin_expression)]
 
 
 class TriggerSettings(PolicyModel):
@@ -228,6 +249,12 @@ class PolicySettings(PolicyModel):
     clear_tool_results: ClearToolResultsSettings = Field(
         default_factory=ClearToolResultsSettings,
         description="Replace old, large tool results by a short stub (pairs stay whole).",
+    )
+    pin: tuple[PinExpression, ...] = Field(
+        (),
+        description="Expressions (the language of trigger conditions, plus tool, calls, turn "
+        "and contains()) selecting messages never summarized, cleared or dropped: sent "
+        "verbatim, in order, after the summary; a tool round travels whole.",
     )
     window_tokens: NonNegativeInt = Field(0, description="Final hard token budget (0 = none).")
     neuralyze_notice: str | None = Field(

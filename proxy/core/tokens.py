@@ -29,7 +29,7 @@ from typing import Any
 
 import tiktoken
 
-from proxy.core.facts import FactCache, FactLookup
+from proxy.core.facts import FactCache, FactLookup, Facts
 from proxy.core.policy import ModelInfo
 from proxy.errors import InvalidRequest
 
@@ -191,6 +191,10 @@ class TokenCounter:
 
     def count_message(self, message: dict[str, Any], model: str) -> int:
         return self.per_message((message,), model)[0]
+
+    def facts_of(self, messages: Sequence[dict[str, Any]]) -> list[Facts]:
+        """What is known of each message, through this counter's view of the cache."""
+        return self._lookup.scan(messages)
 
     def per_message(self, messages: Sequence[dict[str, Any]], model: str) -> list[int]:
         encoding = self.encoding_name(model)
