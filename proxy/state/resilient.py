@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from proxy import tracing
 from proxy.errors import StoreError
 from proxy.state.counters import StoreCounters
 from proxy.state.store.base import Backend
@@ -88,7 +89,8 @@ class ResilientBackend:
         self._counters.backend_calls += 1
         try:
             async with asyncio.timeout(self._timeout * factor):
-                result = await call(self._backend)
+                with tracing.span("store", {"compaction.store": self._backend.name}):
+                    result = await call(self._backend)
         except (StoreError, TimeoutError) as exc:
             # A caller's cancellation (client gone) is neither: it propagates and counts nothing.
             self._failed(exc)
