@@ -62,6 +62,9 @@ class ResilientBackend:
         self._breaker = breaker
         self._outage_since: float | None = None
         self._last_error: str | None = None
+        # A span per call of a backend across the network; an in-process call takes less time
+        # than its span would (docs/operations.md, "Traces").
+        self._traced = backend.name != MemoryBackend.name
         if tenancy.provisional:
             self._outage_since = time.monotonic()  # reported degraded until the secret is read
 
@@ -89,7 +92,10 @@ class ResilientBackend:
         self._counters.backend_calls += 1
         try:
             async with asyncio.timeout(self._timeout * factor):
-                with tracing.span("store", {"compaction.store": self._backend.name}):
+                if self._traced and tracing.is_on():
+                    with tracing.span("store", {"compaction.store": self._backend.name}):
+                        result = await call(self._backend)
+                else:
                     result = await call(self._backend)
         except (StoreError, TimeoutError) as exc:
             # A caller's cancellation (client gone) is neither: it propagates and counts nothing.

@@ -52,10 +52,11 @@ def talk(url_of_proxy_settings, turns: int, *, headers: dict[str, str]) -> list[
     return seen
 
 
+@pytest.mark.redis
 def test_a_compacted_conversation_is_traced_after_the_genai_conventions(
-    mock, provider: Provider, receiver: OTLPReceiver
+    mock, provider: Provider, receiver: OTLPReceiver, redis_url: str
 ) -> None:
-    settings = summarizing(mock.url, policy=EVERY_THREE_INTERACTIONS)
+    settings = summarizing(mock.url, redis_url, policy=EVERY_THREE_INTERACTIONS)
     answers = talk(settings, 5, headers={"traceparent": TRACEPARENT})
     assert "applied" in [a["x-compaction"] for a in answers]
 
@@ -82,6 +83,8 @@ def test_a_compacted_conversation_is_traced_after_the_genai_conventions(
     # provider call.
     below = {s.name for s in last.children(spans)}
     assert {"store", "compaction.plan", f"chat {SUMMARIZER_MODEL}", "POST"} <= below
+    stores = [s.attributes for s in last.children(spans) if s.name == "store"]
+    assert {"compaction.store": "redis"} in stores
     plans = [s.attributes for s in last.children(spans) if s.name == "compaction.plan"]
     assert attrs["compaction.tokens_after"] in [p["compaction.tokens_after"] for p in plans]
 
