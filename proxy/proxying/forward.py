@@ -98,6 +98,7 @@ async def forward(
         if decision.follow_up is not None:
             headers = readable_accept_encoding(headers)
         request = _Request(upstream, method, url, headers)
+        exchange.added_ms = (time.perf_counter() - exchange.arrived) * 1000
         try:
             answer = _Answer(await request.send(body), decision)
             if decision.follow_up is not None:

@@ -84,6 +84,7 @@ class _Route:
                     status=exchange.status,
                     upstream_seconds=None if upstream_ms is None else upstream_ms / 1000,
                     cut_off=was_cut_off(),
+                    added_seconds=None if exchange.added_ms is None else exchange.added_ms / 1000,
                 )
             )
 
