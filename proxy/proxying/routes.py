@@ -111,8 +111,9 @@ class CompactedRoute(_Route):
         res, dialect = self.resources, self.dialect
         headers = HeaderView.of(scope["headers"])
         target = self.target.resolve(headers)
-        provider = "anthropic" if isinstance(target, AnthropicTarget) else "openai"
-        tracing.annotate({"gen_ai.provider.name": provider})
+        if tracing.is_on():
+            provider = "anthropic" if isinstance(target, AnthropicTarget) else "openai"
+            tracing.annotate({"gen_ai.provider.name": provider})
         limit = res.server.max_body_bytes
         notice = NoticeDisconnect(receive)
         body = ClientBody(receive, headers, limit=limit, exchange=exchange, after_read=notice.watch)
