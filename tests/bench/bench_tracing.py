@@ -13,7 +13,8 @@ tests/bench/bench_proxy.py) and a compacted one (a conversation id, a memory sto
 read, one plan, nothing summarized).
 
 Printed: p50 and p99 per contender and request (the median over rounds), each proxy's added
-p50 against the direct path, and the two goals: tracing on adds at most 0.2 ms p50 per request
+p50 against the direct path, the CPU time its processes spent per request (steadier than
+latency on a busy machine), and the two goals: tracing on adds at most 0.2 ms p50 per request
 to ``off``; ``off`` is within noise of ``before`` (the spread of ``off`` across rounds is shown
 beside it). Everything listens on 127.0.0.1; every server started here is stopped by its pid.
 """
@@ -57,17 +58,21 @@ def request(port: int, key: str, *, conversation: str | None) -> bytes:
     ).encode() + body
 
 
-def series(target: Target, raw: bytes, count: int) -> list[float]:
-    """Milliseconds of ``count`` exchanges on one warm connection (after a warm-up)."""
+def series(target: Target, raw: bytes, count: int) -> tuple[list[float], float]:
+    """Milliseconds of ``count`` exchanges on one warm connection (after a warm-up), and the
+    CPU seconds the target's processes used meanwhile (the exporter's thread included)."""
     times = []
+    warmup = max(10, count // 10)
     with wire.Connection(target.port) as conn:
-        for i in range(count + max(10, count // 10)):
+        for i in range(count + warmup):
+            if i == warmup:
+                cpu = target.server.cpu_seconds()
             reply = conn.exchange(raw)
             if reply.status != 200:
                 raise RuntimeError(f"{target.name} answered {reply.status}")
-            if i >= max(10, count // 10):
+            if i >= warmup:
                 times.append(reply.elapsed * 1000)
-    return times
+    return times, target.server.cpu_seconds() - cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-Results = dict[str, dict[str, list[tuple[float, float]]]]  # request -> target -> (p50, p99)
+# request -> target -> per round (p50 ms, p99 ms, CPU ms per request)
+Results = dict[str, dict[str, list[tuple[float, float, float]]]]
 
 
 def measure(targets: list[Target], key: str, *, rounds: int, count: int) -> Results:
@@ -123,9 +129,9 @@ def measure(targets: list[Target], key: str, *, rounds: int, count: int) -> Resu
                 if target.name == "direct" and conversation:
                     continue  # the mock does not care; one direct series is enough
                 raw = request(target.port, key, conversation=conversation)
-                times = series(target, raw, count)
+                times, cpu = series(target, raw, count)
                 p50, p99 = wire.percentile(times, 50), wire.percentile(times, 99)
-                results[name].setdefault(target.name, []).append((p50, p99))
+                results[name].setdefault(target.name, []).append((p50, p99, cpu * 1000 / count))
     return results
 
 
@@ -137,9 +143,9 @@ def report(results: Results, *, spans: int, busy: float, rounds: int, count: int
         f"spans the receiver got from on[aiohttp]: {spans}",
         "",
         f"{'request':<13} {'target':<17} {'p50 ms':>8} {'p99 ms':>8} {'added p50':>10} "
-        f"{'p50 spread':>11}",
+        f"{'p50 spread':>11} {'CPU ms/req':>11}",
     ]
-    direct = statistics.median(p for p, _ in results["pass-through"].get("direct", [(0, 0)]))
+    direct = statistics.median(v[0] for v in results["pass-through"].get("direct", [(0, 0, 0)]))
     for name, per in results.items():
         for target, values in per.items():
             p50 = statistics.median(v[0] for v in values)
@@ -147,16 +153,18 @@ def report(results: Results, *, spans: int, busy: float, rounds: int, count: int
             spread = max(v[0] for v in values) - min(v[0] for v in values)
             added = "" if target == "direct" else f"{p50 - direct:+.3f}"
             lines.append(
-                f"{name:<13} {target:<17} {p50:8.3f} {p99:8.3f} {added:>10} {spread:11.3f}"
+                f"{name:<13} {target:<17} {p50:8.3f} {p99:8.3f} {added:>10} {spread:11.3f} "
+                f"{_cpu(per, target):11.3f}"
             )
     lines.append("")
     for name, per in results.items():
         off, on = _p50(per, "off[aiohttp]"), _p50(per, "on[aiohttp]")
         if off is not None and on is not None:
             ok = "ok" if on - off <= ON_BOUND_MS else "MISSED"
+            cpu = _cpu(per, "on[aiohttp]") - _cpu(per, "off[aiohttp]")
             lines.append(
                 f"goal {name}: tracing on adds {on - off:+.3f} ms p50 to off "
-                f"(x{on / off:.3f}; bound {ON_BOUND_MS} ms): {ok}"
+                f"(x{on / off:.3f}; bound {ON_BOUND_MS} ms): {ok}; CPU {cpu:+.3f} ms a request"
             )
         before = _p50(per, "before[aiohttp]")
         if off is not None and before is not None:
@@ -169,9 +177,16 @@ def report(results: Results, *, spans: int, busy: float, rounds: int, count: int
     return lines
 
 
-def _p50(per: dict[str, list[tuple[float, float]]], target: str) -> float | None:
+def _p50(per: dict[str, list[tuple[float, float, float]]], target: str) -> float | None:
     values = per.get(target)
     return statistics.median(v[0] for v in values) if values else None
+
+
+def _cpu(per: dict[str, list[tuple[float, float, float]]], target: str) -> float:
+    """CPU ms per request over every round (steadier than latency on a busy machine; the
+    tick is 10 ms, so one round alone is coarse)."""
+    values = per.get(target, [])
+    return statistics.fmean(v[2] for v in values) if values else 0.0
 
 
 def _cpus() -> int:
