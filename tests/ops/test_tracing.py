@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from proxy import tracing
 from proxy.ops.tracing import wanted
 from tests.ops.otlp_receiver import OTLPReceiver
 from tests.support.clients import KEY, openai_client
@@ -153,3 +154,15 @@ def test_a_request_without_a_trace_starts_one(mock, receiver: OTLPReceiver) -> N
 )
 def test_which_environment_turns_traces_on(environ: dict[str, str], exporter: str | None) -> None:
     assert wanted(environ) == exporter
+
+
+def test_off_every_call_returns_at_once() -> None:
+    """No tracer installed (no OTEL_* environment): one shared do-nothing context manager, the
+    outgoing headers the very list they were, nothing recorded."""
+    assert not tracing.is_on()
+    assert tracing.span("compaction.plan") is tracing.span(tracing.RECALL_ROUND)
+    with tracing.span("store") as nothing:
+        assert nothing is None
+    headers = [(b"traceparent", TRACEPARENT.encode())]
+    assert tracing.outgoing(headers) is headers
+    assert tracing.provider_call("POST", "https://api.example/v1?key=x") is None
