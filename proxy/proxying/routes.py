@@ -69,13 +69,11 @@ class _Route:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange.begin(scope)
-        traced = tracing.serve(
-            scope["headers"], operation=self.operation, method=scope["method"], route=self.label
-        )
         try:
-            with traced as span:
+            if tracing.is_on():
+                await self._traced(scope, receive, send, exchange)
+            else:
                 await self._serve(scope, receive, send, exchange)
-                tracing.failed(span, exchange.status)
         finally:
             upstream_ms = exchange.upstream_ms if exchange.answered else None
             self.resources.listeners.emit(
@@ -87,6 +85,14 @@ class _Route:
                     added_seconds=None if exchange.added_ms is None else exchange.added_ms / 1000,
                 )
             )
+
+    async def _traced(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        """``_serve`` inside the request's span (docs/operations.md, "Traces")."""
+        with tracing.serve(
+            scope["headers"], operation=self.operation, method=scope["method"], route=self.label
+        ) as span:
+            await self._serve(scope, receive, send, exchange)
+            tracing.failed(span, exchange.status)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         raise NotImplementedError
