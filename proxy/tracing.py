@@ -9,8 +9,8 @@ provider untouched, as any other header.
 While on, a client request is one SERVER span (``serve``), named and attributed after the GenAI
 semantic conventions (``gen_ai.*``: ``{operation} {model}``), continuing the client's
 ``traceparent``; the steps beneath it are child spans (``span``): the plan, each summarizer call
-(a CLIENT ``gen_ai`` span of its own), each store call, the provider call (whose context goes
-upstream in a new ``traceparent``, ``outgoing``). Attributes carry names, numbers and outcomes,
+(a CLIENT ``gen_ai`` span of its own), each call to a networked store, the provider call
+(whose context goes upstream in a new ``traceparent``, ``outgoing``). Attributes carry names, numbers and outcomes,
 never message content or keys.
 
 Span names the request path uses (kept here so that one place says what a trace holds):
