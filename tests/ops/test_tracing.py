@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import anthropic
 import httpx
 import pytest
 
 from proxy import tracing
 from proxy.ops.tracing import wanted
 from tests.ops.otlp_receiver import OTLPReceiver
+from tests.support.anthropic_provider import AnthropicProvider
 from tests.support.clients import KEY, openai_client
 from tests.support.config import EVERY_THREE_INTERACTIONS, summarizing
 from tests.support.provider import SUMMARIZER_MODEL, SYSTEM, Provider
@@ -166,3 +168,36 @@ def test_off_every_call_returns_at_once() -> None:
     headers = [(b"traceparent", TRACEPARENT.encode())]
     assert tracing.outgoing(headers) is headers
     assert tracing.provider_call("POST", "https://api.example/v1?key=x") is None
+
+
+def test_an_anthropic_messages_request_is_anthropics_in_its_span(
+    mock, second_mock, receiver: OTLPReceiver
+) -> None:
+    """The official anthropic client through /v1/messages: the span names the provider
+    ``anthropic`` and its usage; the Anthropic upstream continues the trace."""
+    AnthropicProvider(second_mock)
+    settings = summarizing(mock.url, upstream={"anthropic_base_url": second_mock.url})
+    with running_proxies() as start:
+        server = start(settings)
+        client = anthropic.Anthropic(
+            base_url=server.url,
+            api_key=KEY,
+            max_retries=0,
+            default_headers={"X-Conversation-Id": "conv-a", "traceparent": TRACEPARENT},
+        )
+        with client:
+            client.messages.create(
+                model="claude-mock-1",
+                max_tokens=64,
+                messages=[{"role": "user", "content": f"Hello {SECRET_WORD}"}],
+            )
+    (request,) = receiver.named("chat claude-mock-1")
+    assert (request.trace_id, request.parent_id) == (TRACE_ID, CLIENT_SPAN)
+    attrs = request.attributes
+    assert attrs["gen_ai.provider.name"] == "anthropic"
+    assert attrs["compaction.route"] == "messages"
+    assert attrs["gen_ai.usage.input_tokens"] == 10 and attrs["gen_ai.usage.output_tokens"] == 5
+    (sent,) = [r for r in second_mock.received if r.path.endswith("/messages")]
+    (call,) = [s for s in request.children(receiver.spans) if s.kind == "client"]
+    assert sent.headers["traceparent"].split("-")[1:3] == [TRACE_ID, call.span_id]
+    assert SECRET_WORD not in json.dumps([s.attributes for s in receiver.spans])
