@@ -35,6 +35,9 @@ from proxy.ops.export.exporter import Exporter, export_events, open_sinks
 from proxy.ops.hooks import Hooks
 from proxy.ops.metrics import Metrics, counter_family, gauge_family, model_families
 from proxy.ops.recorder import Recorder
+from proxy.ops.tracing import start as start_tracing
+from proxy.ops.tracing import stop as stop_tracing
+from proxy.ops.tracing import tracer_provider
 from proxy.proxying.routes import CompactedRoute, PassThrough, Resources
 from proxy.proxying.targets import targets
 from proxy.server.abort import quiet_uvicorn
@@ -132,10 +135,12 @@ def create_app(
     metrics.background_depth.set_function(lambda: background.depth)
     metrics.watch(lambda: _store_metrics(store))
     metrics.watch(lambda: model_families(windows.rows(calibration.factors())))
+    traces = tracer_provider()  # None unless the OTEL_* environment asks for traces
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         resources.client = upstream or open_upstream(settings.upstream)
+        start_tracing(traces)
         quiet_uvicorn()  # one WARNING of ours per cut-off response, not an ERROR of uvicorn's too
         for warning in startup_warnings(settings):
             logger.warning("%s", warning)
@@ -161,6 +166,7 @@ def create_app(
                 await client.aclose()
             await summarizer_client.aclose()
             await store.aclose()
+            await asyncio.to_thread(stop_tracing, traces)  # exports the spans still batched
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})

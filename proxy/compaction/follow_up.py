@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from proxy import tracing
 from proxy.compaction.ahead import PendingSummary
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.decision import Decision
@@ -62,6 +63,12 @@ class PlannedFollowUp:
         if status == 200 and self._spending is not None:
             usage = read_usage(self._conv.route, tail)
             if usage is not None:
+                tracing.usage(
+                    input_tokens=usage.prompt,
+                    output_tokens=usage.output,
+                    cache_read=usage.cached_read,
+                    cache_write=usage.cache_write,
+                )
                 self._spending.answered(self._conv, self._sent, usage)
 
     async def replacement(self) -> Decision | None:

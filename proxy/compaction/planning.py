@@ -6,6 +6,7 @@ the planner's prior summary, counted through the conversation's facts.
 
 from __future__ import annotations
 
+from proxy import tracing
 from proxy.compaction.conversation import Conversation
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.planner import Plan, PriorSummary, plan
@@ -38,18 +39,28 @@ def plan_with(
         if checkpoint is not None
         else None
     )
-    return plan(
-        conv.messages,
-        conv.policy,
-        model=conv.model,
-        counter=counter.with_facts(conv.facts),
-        model_info=conv.model_info,
-        prior=prior,
-        tools=conv.tools,
-        force=force,
-        budget_tokens=budget,
-        fire=fire,
-    )
+    with tracing.span("compaction.plan") as traced:
+        planned = plan(
+            conv.messages,
+            conv.policy,
+            model=conv.model,
+            counter=counter.with_facts(conv.facts),
+            model_info=conv.model_info,
+            prior=prior,
+            tools=conv.tools,
+            force=force,
+            budget_tokens=budget,
+            fire=fire,
+        )
+        if traced is not None:
+            traced.set_attributes(
+                {
+                    "compaction.tokens_before": planned.tokens_before,
+                    "compaction.tokens_after": planned.tokens_after,
+                    "compaction.strategy": conv.policy.strategy,
+                }
+            )
+        return planned
 
 
 def must_summarize_now(conv: Conversation, current: Plan) -> bool:

@@ -88,3 +88,27 @@ def ledger_header(
         f"requests={requests}; spent={spent:.6f}; summarizer={summarizer:.6f}; saved={saved:.6f}"
     )
     return _LEDGER, value.encode()
+
+
+# Each answer header of ours as the request's span names it (``proxy.tracing``).
+_SPAN_NAMES = {
+    _SWITCH: "compaction.outcome",
+    _POLICY: "compaction.policy",
+    _CHECKPOINT: "compaction.checkpoint",
+    _TOKENS_BEFORE: "compaction.tokens_before",
+    _TOKENS_AFTER: "compaction.tokens_after",
+    _RETRIED[0]: "compaction.retried",
+}
+
+
+def span_attributes(headers: RawHeaders) -> dict[str, str | int]:
+    """What the answer's ``X-Compaction-*`` headers say, as span attributes (token counts as
+    numbers; an empty checkpoint left out)."""
+    found: dict[str, str | int] = {}
+    for name, value in headers:
+        key = _SPAN_NAMES.get(name)
+        if key is None or not value:
+            continue
+        text = value.decode("latin-1")
+        found[key] = int(text) if key.startswith("compaction.tokens") else text
+    return found

@@ -17,6 +17,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from proxy import tracing
 from proxy.compaction import protocol
 from proxy.compaction.ahead import AheadOfTime
 from proxy.compaction.conversation import Conversation, Conversations
@@ -123,6 +124,7 @@ class Rewriter:
         body = await work(heavy, dialect.parse, raw)
         model = body.get("model") or ""
         policy_name, policy = choose_policy(self._settings, headers, model=model, tenant=tenant)
+        tracing.request_model(model)
         if policy.strategy == "off":  # chosen by a route
             return self._untouched(raw, policy_name)
         neutral = await work(heavy, self._neutral_of, dialect, body, facts)

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from proxy import wirejson
+from proxy import tracing, wirejson
 from proxy.compaction.events import SummaryOmitted
 from proxy.compaction.transcript import (
     Source,
@@ -247,8 +247,20 @@ class OpenAISummarizer:
             "temperature": 0,
         }
         limit = max(MIN_RESPONSE_BYTES, 6 * BYTES_PER_TOKEN * summary_token_cap(max_tokens))
-        raw = await self._post(body, limit)
-        self._bill(billed_usage(raw, "chat"))
+        # One GenAI span per call (docs/operations.md, "Traces"): names and numbers, no text.
+        call = tracing.inference("chat", "openai", model, max_tokens=max_tokens, temperature=0)
+        with tracing.span(f"chat {model}", call, client=True) as traced:
+            raw = await self._post(body, limit)
+            used = billed_usage(raw, "chat")
+            if used is not None:
+                tracing.usage(
+                    traced,
+                    input_tokens=used.prompt,
+                    output_tokens=used.output,
+                    cache_read=used.cached_read,
+                    cache_write=used.cache_write,
+                )
+        self._bill(used)
         try:
             choice = json.loads(raw)["choices"][0]
             message = choice["message"]
@@ -287,7 +299,7 @@ class OpenAISummarizer:
                 # Our encoder, not httpx's: the model name is the client's when the policy says
                 # $request, and text is sent as JSON can carry it, whatever it holds.
                 content=wirejson.encode(body),
-                headers={**self._headers, "content-type": "application/json"},
+                headers=tracing.carried({**self._headers, "content-type": "application/json"}),
                 timeout=self._settings.timeout_seconds,
             ) as response:
                 if response.status_code >= 400:

@@ -34,3 +34,4 @@ class RequestFinished:
     status: int  # as the access log tells it (499: the client left before any status)
     upstream_seconds: float | None  # until the provider's response headers; None: no answer
     cut_off: bool  # the provider failed after the headers were relayed
+    added_seconds: float | None = None  # from its arrival until sent upstream; None: not sent

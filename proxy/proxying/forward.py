@@ -13,6 +13,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from proxy import tracing
+from proxy.compaction import protocol
 from proxy.compaction.decision import Decision, FollowUp
 from proxy.errors import ProxyError, UpstreamError
 from proxy.proxying.body import stream_request_body
@@ -38,7 +40,16 @@ class _Request:
     headers: RawHeaders
 
     async def send(self, body: bytes | AsyncIterator[bytes] | None) -> UpstreamResponse:
-        return await self.upstream.send(self.method, self.url, self.headers, body)
+        if not tracing.is_on():
+            return await self.upstream.send(self.method, self.url, self.headers, body)
+        # The provider call's span lasts until its response headers (the relay is the request's).
+        with tracing.span(
+            self.method, tracing.provider_call(self.method, self.url), client=True
+        ) as call:
+            headers = tracing.outgoing(self.headers)  # the provider continues our trace
+            response = await self.upstream.send(self.method, self.url, headers, body)
+            tracing.failed(call, response.status)
+            return response
 
 
 @dataclass
@@ -89,6 +100,7 @@ async def forward(
         if decision.follow_up is not None:
             headers = readable_accept_encoding(headers)
         request = _Request(upstream, method, url, headers)
+        exchange.added_ms = (time.perf_counter() - exchange.arrived) * 1000
         try:
             answer = _Answer(await request.send(body), decision)
             if decision.follow_up is not None:
@@ -104,6 +116,8 @@ async def forward(
         response = answer.response
         if answer.decision.follow_up is not None and not answer.observed:
             response = tail = ResponseTail(response)
+        if tracing.is_on():
+            tracing.annotate(protocol.span_attributes(answer.decision.response_headers))
         try:
             await relay(response, send, exchange, extra_headers=answer.decision.response_headers)
         except UpstreamError as error:

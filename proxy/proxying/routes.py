@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from proxy import tracing
 from proxy.compaction.decision import Decision, Incoming
 from proxy.config.settings import ServerSettings, UpstreamSettings
 from proxy.dialects.base import Dialect
@@ -27,7 +28,7 @@ from proxy.proxying.events import RequestFinished, RequestRead
 from proxy.proxying.forward import forward
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
 from proxy.proxying.resend import Resend
-from proxy.proxying.targets import Target
+from proxy.proxying.targets import AnthropicTarget, Target
 from proxy.server.abort import was_cut_off
 from proxy.server.access_log import Exchange
 from proxy.types import HeaderView, Receive, Scope, Send
@@ -65,11 +66,15 @@ class _Route:
 
     resources: Resources
     label: str  # the route label of metrics and logs
+    operation = ""  # its GenAI operation (``chat``), if an inference: its span is named so
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange.begin(scope)
         try:
-            await self._serve(scope, receive, send, exchange)
+            if tracing.is_on():
+                await self._traced(scope, receive, send, exchange)
+            else:
+                await self._serve(scope, receive, send, exchange)
         finally:
             upstream_ms = exchange.upstream_ms if exchange.answered else None
             self.resources.listeners.emit(
@@ -78,8 +83,17 @@ class _Route:
                     status=exchange.status,
                     upstream_seconds=None if upstream_ms is None else upstream_ms / 1000,
                     cut_off=was_cut_off(),
+                    added_seconds=None if exchange.added_ms is None else exchange.added_ms / 1000,
                 )
             )
+
+    async def _traced(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        """``_serve`` inside the request's span (docs/operations.md, "Traces")."""
+        with tracing.serve(
+            scope["headers"], operation=self.operation, method=scope["method"], route=self.label
+        ) as span:
+            await self._serve(scope, receive, send, exchange)
+            tracing.failed(span, exchange.status)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         raise NotImplementedError
@@ -98,11 +112,15 @@ class CompactedRoute(_Route):
         self.dialect = dialect
         self.target = target
         self.label = dialect.name
+        self.operation = "chat"
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         res, dialect = self.resources, self.dialect
         headers = HeaderView.of(scope["headers"])
         target = self.target.resolve(headers)
+        if tracing.is_on():
+            provider = "anthropic" if isinstance(target, AnthropicTarget) else "openai"
+            tracing.annotate({"gen_ai.provider.name": provider})
         limit = res.server.max_body_bytes
         notice = NoticeDisconnect(receive)
         body = ClientBody(receive, headers, limit=limit, exchange=exchange, after_read=notice.watch)

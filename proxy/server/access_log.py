@@ -38,11 +38,15 @@ class Exchange:
     answered: bool = False  # the provider's response headers came
     responded: bool = False  # a response status was sent to the client
     client_left: bool = False  # the client went away after its response started, before its end
+    arrived: float = 0.0  # time.perf_counter() when the route took the request
+    # From its arrival until it was sent upstream: the proxy's own work (compaction's reading,
+    # planning, an inline summary). None: nothing was sent upstream.
+    added_ms: float | None = None
 
     @classmethod
     def begin(cls, scope: Scope) -> Exchange:
         """A new record of the request in ``scope``, where the access log finds it."""
-        exchange = scope[_SCOPE_KEY] = cls()
+        exchange = scope[_SCOPE_KEY] = cls(arrived=time.perf_counter())
         return exchange
 
 

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from proxy import tracing
 from proxy.errors import StoreError
 from proxy.state.counters import StoreCounters
 from proxy.state.store.base import Backend
@@ -61,6 +62,9 @@ class ResilientBackend:
         self._breaker = breaker
         self._outage_since: float | None = None
         self._last_error: str | None = None
+        # A span per call of a backend across the network; an in-process call takes less time
+        # than its span would (docs/operations.md, "Traces").
+        self._traced = backend.name != MemoryBackend.name
         if tenancy.provisional:
             self._outage_since = time.monotonic()  # reported degraded until the secret is read
 
@@ -88,7 +92,11 @@ class ResilientBackend:
         self._counters.backend_calls += 1
         try:
             async with asyncio.timeout(self._timeout * factor):
-                result = await call(self._backend)
+                if self._traced and tracing.is_on():
+                    with tracing.span("store", {"compaction.store": self._backend.name}):
+                        result = await call(self._backend)
+                else:
+                    result = await call(self._backend)
         except (StoreError, TimeoutError) as exc:
             # A caller's cancellation (client gone) is neither: it propagates and counts nothing.
             self._failed(exc)

@@ -132,7 +132,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("COMPACTION_PROXY_", "VIRTUAL_ENV", "PYTHONPATH"))
+        if not k.startswith(("COMPACTION_PROXY_", "VIRTUAL_ENV", "PYTHONPATH", "OTEL_"))
     }
     env.update(extra)
     return env
@@ -254,9 +254,11 @@ def start_ours(
     *,
     source: Path = REPO,
     label: str = "ours",
+    env: dict[str, str] | None = None,
 ) -> Target:
     """The proxy from ``source`` (a checkout of this repo) with the given upstream client, named
-    ``label[candidate]`` (``before[...]``: a baseline checkout measured in the same run)."""
+    ``label[candidate]`` (``before[...]``: a baseline checkout measured in the same run);
+    ``env``: more environment for it (``OTEL_*``: tests/bench/bench_tracing.py)."""
     port = free_port()
     transport = "httpx" if candidate.startswith("httpx") else "aiohttp"
     config = tmp / f"{label}-{candidate}-{workers}.yaml"
@@ -270,7 +272,7 @@ def start_ours(
         argv = [sys.executable, "-m", "proxy", "serve"]
     argv += ["--config", str(config), "--port", str(port), "--workers", str(workers)]
     paths = [str(source), str(REPO), str(EXTRA_DIR)]
-    env = _clean_env(PYTHONPATH=os.pathsep.join(paths))
+    env = _clean_env(PYTHONPATH=os.pathsep.join(paths), **(env or {}))
     if TIKTOKEN_DIR.is_dir():
         env["TIKTOKEN_CACHE_DIR"] = str(TIKTOKEN_DIR)  # no downloads here
     log = tmp / f"{label}-{candidate}-{workers}.log"

@@ -30,7 +30,14 @@ def service(compose: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def test_services(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"proxy", "redis"}
+    services = compose["services"]
+    # `up` starts the proxy and Redis; `--profile observe` adds Prometheus and Grafana
+    # (tests/deploy/test_dashboard.py checks those).
+    assert {n for n, s in services.items() if "profiles" not in s} == {"proxy", "redis"}
+    assert {n for n, s in services.items() if s.get("profiles") == ["observe"]} == {
+        "prometheus",
+        "grafana",
+    }
     assert service(compose, "redis")["image"].startswith("redis:7.")
     build = service(compose, "proxy")["build"]
     assert (COMPOSE.parent / build["context"] / build["dockerfile"]).is_file()

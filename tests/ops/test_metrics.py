@@ -36,3 +36,27 @@ def test_a_scaled_token_count_is_shown_whole() -> None:
     text = metrics.render()[0].decode()
     assert "proxy_prompt_tokens_before_total 7765.0" in text
     assert 'proxy_summarizer_tokens_total{kind="input"} 0.0' in text
+
+
+def test_added_latency_is_the_proxys_own_time_before_the_provider(mock, start_proxy) -> None:
+    """An inline summary is time the proxy adds: it shows in proxy_added_latency_seconds; a
+    request passed through adds well under the summary's delay."""
+    provider = Provider(mock)
+    provider.summary_delay = 0.3
+    server = start_proxy(summarizing(mock.url))  # inline, every six interactions
+    history = [SYSTEM]
+    for turn in range(8):
+        take_turn(openai_client(server), history, f"Step {turn}: edit src/m{turn}.py " + "x" * 400)
+    assert provider.summaries >= 1
+    openai_client(server, conversation=None).models.list()
+
+    def sample(name: str, route: str) -> float:
+        text = httpx.get(f"{server.url}/metrics").text
+        line = next(x for x in text.splitlines() if x.startswith(f'{name}{{route="{route}"}}'))
+        return float(line.rsplit(" ", 1)[1])
+
+    # One observation per chat request the provider received (the summarizer's are not ours).
+    assert sample("proxy_added_latency_seconds_count", "chat") == len(provider.chat_requests())
+    assert sample("proxy_added_latency_seconds_sum", "chat") >= 0.3 * provider.summaries
+    assert sample("proxy_added_latency_seconds_count", "passthrough") == 1
+    assert sample("proxy_added_latency_seconds_sum", "passthrough") < 0.3
