@@ -91,6 +91,18 @@ class Ledgers:
         raw = await self._calls.call(lambda b: b.get(key))
         return self._open(key, self._tenancy.owner(tenant, conversation_id), raw)
 
+    async def inspect_many(self, tenant: str, conversation_ids: list[str]) -> list[Entry | None]:
+        """Each conversation's entry, or None, in one store call (a listing page's ledgers);
+        StoreError when the store cannot answer."""
+        keys = [self._tenancy.ledger_key(tenant, cid) for cid in conversation_ids]
+        if not keys:
+            return []
+        values = await self._calls.call(lambda b: b.get_many(keys))
+        return [
+            self._open(key, self._tenancy.owner(tenant, cid), raw)
+            for key, cid, (raw, _ttl) in zip(keys, conversation_ids, values, strict=True)
+        ]
+
     async def forget(self, backend: Backend, tenant: str, conversation_id: str) -> bool:
         """Delete the entry from ``backend`` (the store's delete, primary and fallback)."""
         return await backend.delete(self._tenancy.ledger_key(tenant, conversation_id))
