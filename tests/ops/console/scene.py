@@ -15,12 +15,16 @@ from typing import Any
 
 from proxy.config.settings import Settings
 from tests.support.clients import KEY, openai_client
-from tests.support.config import EVERY_THREE_INTERACTIONS, summarizing
+from tests.support.config import EVERY_THREE_INTERACTIONS, SUMMARIZER_MODEL, summarizing
 from tests.support.mock_upstream import Reply
 from tests.support.provider import SYSTEM, Provider, take_turn
 from tests.support.servers import ThreadedUvicorn
 
 OTHER_KEY = "sk-caller-two"  # a second tenant
+# A file a tool returns: long enough that prompts reach the cache's 1,024 tokens in a few turns.
+TOOL_OUTPUT = (
+    "\n" + "def handler(event):\n    return process(event)  # a file the agent read\n" * 20
+)
 _CACHE_MIN, _CACHE_BLOCK = 1024, 128
 
 
@@ -34,11 +38,12 @@ class BillingProvider(Provider):
     def __init__(self, mock: Any) -> None:
         super().__init__(mock)
         self._previous: dict[str, list[dict[str, Any]]] = {}  # by first user message
+        self.billed: list[tuple[int, int]] = []  # (prompt, cached) of each answer, in order
 
     def chat(self, body: dict[str, Any]) -> Reply:
         reply = super().chat(body)
-        if reply.status != 200 or body.get("stream") or len(reply.chunks) != 1:
-            return reply
+        if body.get("model") == SUMMARIZER_MODEL or body.get("stream") or reply.status != 200:
+            return reply  # the summarizer's calls keep the script's usage
         answer = json.loads(reply.chunks[0])  # type: ignore[arg-type]
         messages = body["messages"]
         prompt = sum(map(tokens_of, messages))
@@ -52,6 +57,8 @@ class BillingProvider(Provider):
                 break
             shared += tokens_of(sent)
         cached = shared // _CACHE_BLOCK * _CACHE_BLOCK if shared >= _CACHE_MIN else 0
+        with self._lock:
+            self.billed.append((prompt, cached))
         answer["usage"] = {
             "prompt_tokens": prompt,
             "completion_tokens": 40,

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from tests.ops.console.browser import chromium, why_not
-from tests.ops.console.scene import BillingProvider, console_settings, talk
+from tests.ops.console.scene import TOOL_OUTPUT, BillingProvider, console_settings, talk
 from tests.support.clients import KEY
 from tests.support.config import ADMIN
 from tests.support.proxies import running_mock, running_proxies
@@ -28,9 +28,6 @@ CONVERSATIONS = [
     ("docs-writer", 7),
     ("triage-bot-2", 10),
 ]
-TOOL_OUTPUT = (
-    "\n" + "def handler(event):\n    return process(event)  # a file the agent read\n" * 20
-)
 
 
 def main() -> None:
