@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.ops.console.browser import chromium, why_not
-from tests.ops.console.scene import OTHER_KEY, BillingProvider, console_settings, talk
+from tests.ops.console.scene import OTHER_KEY, BillingProvider, talk
 from tests.support.clients import KEY, admin_get
 from tests.support.config import ADMIN
 from tests.support.servers import ThreadedUvicorn
@@ -25,16 +25,6 @@ CORRECTED = "CORRECTED BY THE OPERATOR: the user wants tabs, not spaces."
 def browser() -> Iterator[Any]:
     with chromium() as launched:
         yield launched
-
-
-@pytest.fixture
-def billing(mock) -> BillingProvider:
-    return BillingProvider(mock)
-
-
-@pytest.fixture
-def server(mock, billing: BillingProvider, start_proxy) -> ThreadedUvicorn:
-    return start_proxy(console_settings(mock.url))
 
 
 @pytest.fixture

@@ -15,22 +15,11 @@ from tests.ops.console.scene import (
     OTHER_KEY,
     TOOL_OUTPUT,
     BillingProvider,
-    console_settings,
     talk,
 )
 from tests.support.clients import admin_get
 from tests.support.config import config
 from tests.support.servers import ThreadedUvicorn
-
-
-@pytest.fixture
-def billing(mock) -> BillingProvider:
-    return BillingProvider(mock)
-
-
-@pytest.fixture
-def server(mock, billing: BillingProvider, start_proxy) -> ThreadedUvicorn:
-    return start_proxy(console_settings(mock.url))
 
 
 def test_the_pages_are_served_with_a_policy_that_forbids_inline_code(
