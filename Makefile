@@ -52,6 +52,7 @@ bench: install-test test-tools
 	$(BIN)/python -m tests.bench.bench_long
 	$(BIN)/python -m tests.bench.bench_agent_run
 	$(BIN)/python -m tests.bench.cost.bench_cost
+	$(BIN)/python -m tests.bench.bench_console
 
 # The heavy fault campaign (tests/faults/campaign.py; docs/faults.md): 3 replicas x 50
 # conversations, Redis kill -9, hostile input, slowloris, then a soak at half the measured max

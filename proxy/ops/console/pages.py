@@ -14,6 +14,7 @@ conversation can never run as code even if it reached the page as markup.
 
 from __future__ import annotations
 
+import hashlib
 from importlib import resources
 
 from starlette.requests import Request
@@ -43,7 +44,8 @@ _TYPES = {
 
 
 def static_files() -> dict[str, tuple[bytes, str]]:
-    """Every file of ``static/``: its bytes and media type, by name."""
+    """Every file of ``static/``: its bytes and media type, by name (the names the console
+    serves: nothing else under /admin/ui is a file)."""
     folder = resources.files(__package__).joinpath("static")
     files = {}
     for item in folder.iterdir():
@@ -56,22 +58,27 @@ def static_files() -> dict[str, tuple[bytes, str]]:
 def console_routes() -> list[BaseRoute]:
     """The routes to add to the admin router: ``/ui`` (to ``/ui/``), ``/ui/`` and its files."""
     files = static_files()
+    # Revalidated on every load (no-cache), answered 304 while the package's file is the same.
+    tags = {name: f'"{hashlib.sha256(body).hexdigest()[:20]}"' for name, (body, _) in files.items()}
 
-    def served(name: str) -> Response:
+    def served(request: Request, name: str) -> Response:
         if name not in files:
             return error_response(NotFound(f"no console file named {name!r}", code="not_found"))
+        headers = {**HEADERS, "etag": tags[name]}
+        if tags[name] in request.headers.get("if-none-match", ""):
+            return Response(status_code=304, headers=headers)
         body, kind = files[name]
-        return Response(body, media_type=kind, headers=HEADERS)
+        return Response(body, media_type=kind, headers=headers)
 
     async def to_folder(request: Request) -> Response:
         # Relative links in the page resolve against /admin/ui/, wherever the proxy is mounted.
         return RedirectResponse("ui/", status_code=308, headers=HEADERS)
 
     async def index(request: Request) -> Response:
-        return served("index.html")
+        return served(request, "index.html")
 
     async def asset(request: Request) -> Response:
-        return served(request.path_params["name"])
+        return served(request, request.path_params["name"])
 
     return [
         Route("/ui", to_folder, methods=["GET", "HEAD"]),

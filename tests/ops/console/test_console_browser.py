@@ -17,6 +17,7 @@ from tests.support.config import ADMIN
 from tests.support.servers import ThreadedUvicorn
 
 pytestmark = pytest.mark.skipif(why_not() is not None, reason=str(why_not()))
+expect = pytest.importorskip("playwright.sync_api").expect  # assertions that wait for the page
 
 CORRECTED = "CORRECTED BY THE OPERATOR: the user wants tabs, not spaces."
 
@@ -91,7 +92,7 @@ def test_a_tenant_sees_its_own_conversations_newest_first_and_opens_one(
     current = next(c for c in shown["checkpoints"] if c["id"] == shown["current"])
     assert page.locator("pre.summary").inner_text() == current["summary"]
     assert page.get_by_role("heading", name=f"Checkpoint {current['id']} (current)").is_visible()
-    assert "Not kept" in page.locator(".panel", has_text="What it replaced").inner_text()
+    expect(page.locator(".panel", has_text="What it replaced")).to_contain_text("Not kept")
     # The timeline: a point per answered request, a marker where each summary started to apply.
     turns = admin_get(server, "/conversations/conv-new/timeline").json()["turns"]
     assert len(turns) == ledger["requests"] > 7
@@ -134,7 +135,7 @@ def test_edit_restore_and_forget_change_what_the_provider_receives(
     page.get_by_role("button", name="Save correction…").click()
     confirm(page, "Save correction")
     page.get_by_text("Summary corrected").wait_for()
-    assert page.locator("pre.summary").inner_text() == CORRECTED
+    expect(page.locator("pre.summary")).to_have_text(CORRECTED)
     start = len(mock.chat_requests())
     talk(server, "conv-a", 1, history=history)
     assert CORRECTED in received_since(mock, start)

@@ -87,6 +87,7 @@ async function route() {
       const cursor = new URLSearchParams(hash.split("?")[1] || "").get("cursor");
       await listPage(cursor, { show, api });
     }
+    performance.mark("console-page-drawn"); // what tests/bench/bench_console.py times
   } catch (problem) {
     if (problem instanceof ApiError && problem.status === 401) return signOut("The admin token was refused.");
     show("Something went wrong", h("p", { class: "error", role: "alert" }, problem.message),

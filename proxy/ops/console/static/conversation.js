@@ -97,8 +97,8 @@ function summaryPanel(calls, id, checkpoint, current, original, reload) {
     });
     if (!sure) return;
     const made = await calls.correct(id, checkpoint.id, text);
-    status(`Summary corrected: checkpoint ${made.checkpoint.id} is current.`, "ok");
     await reload(made.checkpoint.id);
+    status(`Summary corrected: checkpoint ${made.checkpoint.id} is current.`, "ok");
   }));
   const state = checkpoint.id === current ? "current" : checkpoint.retired ? "retired" : "older";
   return h("section", { class: "pair", "aria-labelledby": "summary-title" },
@@ -114,7 +114,7 @@ function summaryPanel(calls, id, checkpoint, current, original, reload) {
       ]),
       h("pre", { class: "text summary", tabindex: "0", "aria-label": "Summary text" }, checkpoint.summary),
       edit, editor),
-    h("div", { class: "panel" }, h("h3", {}, "What it replaced"), replaced(original)));
+    h("div", { class: "panel" }, h("h3", {}, "What it replaced"), original));
 }
 
 function checkpoints(calls, id, record, selected, reload) {
@@ -128,8 +128,8 @@ function checkpoints(calls, id, record, selected, reload) {
       });
       if (!sure) return;
       await calls.restore(id, c.id);
-      status(`Checkpoint ${c.id} is current again.`, "ok");
       await reload(c.id);
+      status(`Checkpoint ${c.id} is current again.`, "ok");
     });
     return h("tr", { class: c.id === selected ? "selected" : null },
       h("th", { scope: "row" }, h("code", {}, c.id)),
@@ -180,7 +180,9 @@ export async function conversationPage(id, { show, api: calls }, selected = null
   const parts = [back, h("section", { "aria-labelledby": "totals-title" }, h("h2", { id: "totals-title" }, "Totals"), totals(ledger, record)), timeline(turns, first)];
   if (record && record.checkpoints.length) {
     const shown = record.checkpoints.find((c) => c.id === (selected || record.current)) || record.checkpoints[0];
-    const original = await calls.originals(id, shown.id).catch(() => null);
+    const original = h("div", { "aria-live": "polite" }, h("p", { class: "empty" }, "Loading…"));
+    // Filled once it answers: the rest of the page does not wait for it.
+    calls.originals(id, shown.id).catch(() => null).then((found) => original.replaceChildren(replaced(found)));
     parts.push(summaryPanel(calls, id, shown, record.current, original, reload), checkpoints(calls, id, record, shown.id, reload));
   } else {
     parts.push(h("p", { class: "empty" }, "No summary stored yet."));
