@@ -56,6 +56,7 @@ def main() -> None:
                 page.screenshot(path=args.out / f"conversations-{name}.png", full_page=True)
                 page.get_by_role("link", name=opened).click()
                 page.locator("svg.chart").wait_for()
+                page.get_by_text("Loading…").wait_for(state="detached")  # what it replaced
                 page.screenshot(path=args.out / f"conversation-{name}.png", full_page=True)
                 page.close()
     for picture in sorted(args.out.glob("*.png")):
