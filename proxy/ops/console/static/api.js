@@ -32,10 +32,10 @@ export function forgetSession() {
 
 function headers(credentials) {
   const sent = { Authorization: `Bearer ${credentials.token}` };
-  if (credentials.tenant) {
-    sent["X-Tenant"] = credentials.tenant; // admin.cross_tenant: the tenant named directly
-  } else if (credentials.key) {
-    // The tenant is the one the caller's key makes; sent as the caller sends Authorization.
+  // The tenant named directly (honoured with admin.cross_tenant only), else the one the
+  // caller's key makes, sent as the caller sends Authorization.
+  if (credentials.tenant) sent["X-Tenant"] = credentials.tenant;
+  if (credentials.key) {
     const key = credentials.key;
     sent["X-Caller-Authorization"] = /^bearer\s/i.test(key) ? key : `Bearer ${key}`;
   }
