@@ -15,7 +15,7 @@ rewrites stays a few KB.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from proxy.state.ledgers import Entry
@@ -51,6 +51,9 @@ class Turn:
         }
 
 
+_FIELDS = [field.name for field in fields(Turn)]  # a point's order: the record's
+
+
 def _point(raw: object) -> Turn | None:
     if not isinstance(raw, list) or len(raw) != 7:
         return None
@@ -76,5 +79,5 @@ def with_turn(entry: Entry, turn: Turn) -> Entry:
     """``entry`` with ``turn`` appended, the oldest dropped beyond ``MAX_TURNS``."""
     kept = entry.get(TURNS_KEY)
     points = list(kept) if isinstance(kept, list) else []
-    points.append(list(astuple(turn)))
+    points.append([getattr(turn, name) for name in _FIELDS])
     return {**entry, TURNS_KEY: points[-MAX_TURNS:]}
