@@ -127,7 +127,10 @@ def test_edit_restore_and_forget_change_what_the_provider_receives(
     page.get_by_role("link", name="conv-a").click()
 
     # Edit: cancelled first (nothing changes), then confirmed.
-    page.get_by_role("button", name="Edit summary").click()
+    edit = page.get_by_role("button", name="Edit summary")
+    assert edit.get_attribute("aria-expanded") == "false"
+    edit.click()
+    assert edit.get_attribute("aria-expanded") == "true"
     page.get_by_label("Corrected summary").fill(CORRECTED)
     page.get_by_role("button", name="Save correction…").click()
     confirm(page, "Cancel")

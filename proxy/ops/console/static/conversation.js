@@ -80,13 +80,16 @@ function guarded(handler) {
 }
 
 function summaryPanel(calls, id, checkpoint, current, original, reload) {
-  const editor = h("form", { class: "editor", method: "post", hidden: true },
+  const editor = h("form", { class: "editor", id: "summary-editor", method: "post", hidden: true },
     h("label", { for: "summary-text" }, "Corrected summary"),
     h("textarea", { id: "summary-text", rows: "10" }, checkpoint.summary),
     h("div", { class: "actions" },
-      h("button", { type: "button", class: "quiet", onclick: () => { editor.hidden = true; edit.focus(); } }, "Cancel"),
+      h("button", { type: "button", class: "quiet", onclick: () => { editor.hidden = true; edit.setAttribute("aria-expanded", "false"); edit.focus(); } }, "Cancel"),
       h("button", { type: "submit" }, "Save correction…")));
-  const edit = h("button", { type: "button", onclick: () => { editor.hidden = false; editor.querySelector("textarea").focus(); } }, "Edit summary");
+  const edit = h("button", {
+    type: "button", "aria-expanded": "false", "aria-controls": "summary-editor",
+    onclick: () => { editor.hidden = false; edit.setAttribute("aria-expanded", "true"); editor.querySelector("textarea").focus(); },
+  }, "Edit summary");
   editor.addEventListener("submit", (event) => event.preventDefault());
   editor.addEventListener("submit", guarded(async () => {
     const text = editor.querySelector("textarea").value;
