@@ -21,11 +21,13 @@ run: install
 	$(BIN)/compaction-proxy serve --config $(CONFIG)
 
 # Tests that need Redis start their own redis-server; the container's entrypoint test runs
-# under tini as the image does. Install either binary when it is missing (Debian packages).
+# under tini as the image does; the console's browser tests drive Chromium (the Debian package,
+# never a browser Playwright downloads). Install each binary when it is missing.
 test-tools:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v tini >/dev/null 2>&1 || missing="$$missing tini"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing for the tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -50,6 +52,7 @@ bench: install-test test-tools
 	$(BIN)/python -m tests.bench.bench_long
 	$(BIN)/python -m tests.bench.bench_agent_run
 	$(BIN)/python -m tests.bench.cost.bench_cost
+	$(BIN)/python -m tests.bench.bench_console
 
 # The heavy fault campaign (tests/faults/campaign.py; docs/faults.md): 3 replicas x 50
 # conversations, Redis kill -9, hostile input, slowloris, then a soak at half the measured max

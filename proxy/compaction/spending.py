@@ -34,6 +34,7 @@ from proxy.economics.usage import BilledUsage, Wire, billed_usage
 from proxy.errors import StoreError
 from proxy.events import Listeners
 from proxy.state.ledgers import Entry, Ledgers
+from proxy.state.timeline import Turn, with_turn
 
 logger = logging.getLogger("proxy.compaction")
 
@@ -126,8 +127,20 @@ class Spending:
             warm = at is not None and 0 <= now - at < CACHE_TTL_SECONDS
             updated = add_request(ledger, usage, price, full_prompt_tokens=full, warm=warm)
             before_after[:] = [ledger, updated]
-            # Other keys beside the ledger (the pace, proxy.compaction.pace) stay as they are.
-            return {**(entry or {}), **updated.to_dict(), "at": now, "model": conv.model}
+            # Other keys beside the ledger (the pace, proxy.compaction.pace) stay as they are;
+            # the console's timeline (proxy.state.timeline) gets this request's point.
+            return with_turn(
+                {**(entry or {}), **updated.to_dict(), "at": now, "model": conv.model},
+                Turn(
+                    at=now,
+                    messages=len(sent.source),
+                    full_tokens=sent.tokens_before,
+                    sent_tokens=sent.tokens_after,
+                    billed_tokens=usage.prompt,
+                    cached_tokens=usage.cached_read,
+                    checkpoint=sent.applied_checkpoint if sent.changed else None,
+                ),
+            )
 
         async def record() -> None:
             if await self._ledgers.update(conv.tenant, conv.conversation_id, edit) is None:

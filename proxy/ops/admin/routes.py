@@ -4,12 +4,15 @@ Each route reads its request (``inputs``), checks who asks (``auth``), calls one
 store, ``corrections``, ``compacting``) and answers (``responses``); nothing else happens here.
 
 - ``GET /admin/conversations?limit=&cursor=``: the tenant's conversations, most recently used
-  first, from the store's listing index.
+  first, from the store's listing index, each with its ledger.
+- ``GET /admin/ui/``: the operator console (``proxy.ops.console``), pages that call these routes.
 - ``GET`` / ``DELETE /admin/conversations/{id}``: a conversation's checkpoints; forget it
   (its ledger too).
 - ``GET /admin/conversations/{id}/ledger``: what the conversation cost and saved (issue 19),
   kept from its first answered request on, summarized or not (apart from the checkpoints, whose
   view a request must not change).
+- ``GET /admin/conversations/{id}/timeline``: its last answered requests, one point each
+  (``proxy.state.timeline``), for the console.
 - ``GET /admin/conversations/{id}/checkpoints/{cid}``: one checkpoint.
 - ``PUT /admin/conversations/{id}/summary``: a corrected text for the current summary;
   ``PATCH`` may name the checkpoint to correct (``"checkpoint"``).
@@ -44,6 +47,8 @@ from proxy.ops.admin.auth import AdminAuth, caller_credentials
 from proxy.ops.admin.compacting import AdminCompaction
 from proxy.ops.admin.corrections import Corrections
 from proxy.ops.admin.responses import AdminJSON, describe_info, error_response
+from proxy.ops.console.pages import console_routes
+from proxy.state import timeline
 from proxy.state.conversations import Store
 from proxy.state.settings import ConversationSettings
 from proxy.state.tenancy import Tenancy, validate_conversation_id
@@ -94,7 +99,8 @@ def admin_app(
         store, counter, summarizer=summarizer, max_checkpoints=max_checkpoints
     )
     compaction = AdminCompaction(compactor, dialect=dialect)
-    return EncodedIds(Router(admin_routes(auth, store, corrections, compaction)))
+    routes = admin_routes(auth, store, corrections, compaction)
+    return EncodedIds(Router([*routes, *console_routes()]))
 
 
 def _conversation_id(request: Request) -> str:
@@ -124,10 +130,15 @@ def admin_routes(
         limit, before = inputs.page_args(request)
         page = await store.list_conversations(tenant, limit=limit, before=before)
         cursor = None if page.next_before is None else repr(page.next_before)
+        ids = [info.conversation_id for info in page.conversations]
+        ledgers = await store.ledgers.inspect_many(tenant, ids)  # one store call for the page
         return AdminJSON(
             {
                 "object": "list",
-                "data": [describe_info(info) for info in page.conversations],
+                "data": [
+                    {**describe_info(info), "ledger": ledger_view(entry)}
+                    for info, entry in zip(page.conversations, ledgers, strict=True)
+                ],
                 "has_more": cursor is not None,
                 "next_cursor": cursor,
             }
@@ -145,6 +156,17 @@ def admin_routes(
         if ledger is None:
             return error_response(NotFound("no ledger for this conversation", code="not_found"))
         return AdminJSON({"conversation_id": cid, "ledger": ledger})
+
+    async def show_timeline(request: Request, tenant: str) -> Response:
+        cid = _conversation_id(request)
+        turns = timeline.turns_of(await store.ledgers.inspect(tenant, cid))
+        return AdminJSON(
+            {
+                "conversation_id": cid,
+                "turns": [turn.view() for turn in turns],
+                "max_turns": timeline.MAX_TURNS,
+            }
+        )
 
     async def show_checkpoint(request: Request, tenant: str) -> Response:
         record = await store.inspect(tenant, _conversation_id(request))
@@ -214,6 +236,7 @@ def admin_routes(
         ),
         Route(f"{conversation}/compact", endpoint(compact), methods=["POST"]),
         Route(f"{conversation}/ledger", endpoint(show_ledger), methods=["GET"]),
+        Route(f"{conversation}/timeline", endpoint(show_timeline), methods=["GET"]),
         Route(conversation, endpoint(show), methods=["GET"]),
         Route(conversation, endpoint(forget), methods=["DELETE"]),
         Route("/preview", endpoint(preview), methods=["POST"]),
