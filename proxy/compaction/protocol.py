@@ -7,7 +7,9 @@ Request headers (the client's): ``X-Compaction: off`` skips compaction for one r
 
 Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``skipped``,
 ``pending``, ``blocked``, ``failed``, ``off``), with the tokens before and after, the checkpoint
-applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder.
+applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder;
+under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``
+(what the provider did).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ CHECKPOINT = "x-compaction-checkpoint"  # request: a pin; response: the checkpoi
 TOKENS_BEFORE = "x-compaction-tokens-before"
 TOKENS_AFTER = "x-compaction-tokens-after"
 RETRIED = "x-compaction-retried"
+STRATEGY = "x-compaction-strategy"  # response: the strategy that ran (native, or its fallback)
+NATIVE = "x-compaction-native"  # response: what the provider's own compaction did
 
 # As errors name them (the case the docs write).
 POLICY_PARAM = "X-Compaction-Policy"
@@ -38,6 +42,8 @@ _CHECKPOINT = CHECKPOINT.encode()
 _TOKENS_BEFORE = TOKENS_BEFORE.encode()
 _TOKENS_AFTER = TOKENS_AFTER.encode()
 _RETRIED = (RETRIED.encode(), b"context_length_exceeded")
+STRATEGY_BYTES = STRATEGY.encode()
+NATIVE_BYTES = NATIVE.encode()
 
 
 def switched_off(headers: HeaderView) -> bool:

@@ -83,6 +83,8 @@ def plan(
     fired, only the last interaction is kept (with a budget, only as many of its newest rounds
     as leave room for the summary; when it is the only one left, its task and newest round),
     and the budget is applied like ``window_tokens``."""
+    if policy.strategy == "native":  # the provider compacts; planned here: its fallback
+        policy = policy.model_copy(update={"strategy": policy.native.fallback})
     # off is fully transparent: not even a client's echoed summary is touched.
     source = (
         messages

@@ -12,10 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 
 from proxy.compaction.decision import Decision, FollowUp
 from proxy.errors import ProxyError, UpstreamError
 from proxy.proxying.body import stream_request_body
+from proxy.proxying.native_retry import native_answer, with_upstream_headers
 from proxy.proxying.overflow import look_for_overflow
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, CancelOnDisconnect, relay, send_error
 from proxy.proxying.responses import ResponseTail
@@ -39,6 +41,17 @@ class _Request:
 
     async def send(self, body: bytes | AsyncIterator[bytes] | None) -> UpstreamResponse:
         return await self.upstream.send(self.method, self.url, self.headers, body)
+
+    async def send_for(
+        self, decision: Decision, body: bytes | AsyncIterator[bytes] | None
+    ) -> UpstreamResponse:
+        """Send ``body`` with the headers ``decision`` sets (strategy native's beta flags)."""
+        headers = with_upstream_headers(self.headers, decision)
+        return await self.upstream.send(self.method, self.url, headers, body)
+
+
+async def _resend(request: _Request, decision: Decision) -> UpstreamResponse:
+    return await request.send_for(decision, decision.body)
 
 
 @dataclass
@@ -90,7 +103,12 @@ async def forward(
             headers = readable_accept_encoding(headers)
         request = _Request(upstream, method, url, headers)
         try:
-            answer = _Answer(await request.send(body), decision)
+            answer = _Answer(await request.send_for(decision, body), decision)
+            if decision.native is not None:  # strategy native: refused fields, what it did
+                resend = partial(_resend, request)
+                answer = _Answer(
+                    *await native_answer(answer.response, decision, decision.native, resend)
+                )
             if decision.follow_up is not None:
                 answer = await _unless_overflow(
                     answer, decision.follow_up, request, hold_seconds=stream_hold_seconds
