@@ -128,18 +128,27 @@ def ask_of(
 
 
 def _kept_tool_uses(policy: PolicySettings, messages: Sequence[dict[str, Any]] | None) -> int:
-    """The tool uses inside what the policy's keep keeps verbatim (at least one: the newest
-    round stays whole); a keep in tokens or a fraction keeps the provider's default."""
+    """The tool uses inside what the policy's keep keeps verbatim, as the planner keeps it: the
+    last N messages, or the N interactions before the current one and the current task's
+    newest tool round (at least one use); a keep in tokens or a fraction keeps the provider's
+    default."""
     keep = policy.keep
     if not messages or (keep.interactions is None and keep.messages is None):
         return _DEFAULT_KEEP_TOOL_USES
     if keep.messages is not None:
-        kept = list(messages[-keep.messages :])
-    else:
-        users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-        wanted = (keep.interactions or 0) + 1  # the current task and N before it
-        kept = list(messages[users[-wanted] :]) if len(users) >= wanted else list(messages)
-    return max(1, sum(len(m.get("tool_calls") or ()) for m in kept))
+        return max(1, _uses(messages[-keep.messages :]))
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    current = users[-1] if users else 0
+    before = users[-1 - keep.interactions] if keep.interactions and len(users) > 1 else current
+    if keep.interactions and len(users) <= keep.interactions:
+        before = 0
+    rounds = [m for m in messages[current:] if m.get("tool_calls")]
+    newest = _uses(rounds[-1:])
+    return max(1, _uses(messages[before:current]) + newest)
+
+
+def _uses(messages: Sequence[dict[str, Any]]) -> int:
+    return sum(len(m.get("tool_calls") or ()) for m in messages)
 
 
 class Unsupported:
