@@ -129,9 +129,8 @@ def ask_of(
 
 def _kept_tool_uses(policy: PolicySettings, messages: Sequence[dict[str, Any]] | None) -> int:
     """The tool uses inside what the policy's keep keeps verbatim, as the planner keeps it: the
-    last N messages, or the N interactions before the current one and the current task's
-    newest tool round (at least one use); a keep in tokens or a fraction keeps the provider's
-    default."""
+    last N messages, the last N interactions (0: the current task's newest tool round), at
+    least one; a keep in tokens or a fraction keeps the provider's default."""
     keep = policy.keep
     if not messages or (keep.interactions is None and keep.messages is None):
         return _DEFAULT_KEEP_TOOL_USES
@@ -139,12 +138,12 @@ def _kept_tool_uses(policy: PolicySettings, messages: Sequence[dict[str, Any]] |
         return max(1, _uses(messages[-keep.messages :]))
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     current = users[-1] if users else 0
-    before = users[-1 - keep.interactions] if keep.interactions and len(users) > 1 else current
-    if keep.interactions and len(users) <= keep.interactions:
-        before = 0
-    rounds = [m for m in messages[current:] if m.get("tool_calls")]
-    newest = _uses(rounds[-1:])
-    return max(1, _uses(messages[before:current]) + newest)
+    n = keep.interactions or 0
+    if n == 0:  # only the current task's newest tool round
+        rounds = [m for m in messages[current:] if m.get("tool_calls")]
+        return max(1, _uses(rounds[-1:]))
+    start = users[-n] if len(users) >= n else 0
+    return max(1, _uses(messages[start:]))
 
 
 def _uses(messages: Sequence[dict[str, Any]]) -> int:

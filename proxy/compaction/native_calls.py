@@ -14,6 +14,7 @@ model then runs the policy's ``native.fallback`` for the life of the process.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +35,7 @@ from proxy.events import Listeners
 from proxy.types import HeaderView, RawHeaders
 
 BETA = "anthropic-beta"
+logger = logging.getLogger("proxy.compaction")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,27 @@ class NativeCalls:
         inner: PlannedFollowUp | None = None,
     ) -> Decision:
         """The decision for ``request``: ``conv``, ``current`` (planned with the shadow's
-        summarize policy) and ``inner`` (its follow-up) when the proxy holds the history."""
+        summarize policy) and ``inner`` (its follow-up) when the proxy holds the history.
+        Fails open: a failure of ours sends the client's request as it came."""
+        try:
+            return self._decision(request, conv, current, inner)
+        except Exception:
+            logger.exception("native context management failed; the request goes out as it came")
+            headers = protocol.response_headers("failed", policy=request.policy_name)
+            return Decision(
+                body=request.raw,
+                response_headers=headers,
+                follow_up=inner,
+                streaming=request.streaming,
+            )
+
+    def _decision(
+        self,
+        request: NativeRequest,
+        conv: Conversation | None,
+        current: Plan | None,
+        inner: PlannedFollowUp | None,
+    ) -> Decision:
         info = self._models.info(request.model)
         messages = conv.messages if conv is not None else None
         ask = ask_of(request.policy, messages, info.context_window if info else None)
