@@ -204,12 +204,17 @@ def native_policy(bench: Any) -> dict[str, Any]:
 
 
 def native_recipe(bench: Any) -> dict[str, Any]:
-    """config/examples/coding-agent.yaml's thresholds, ``strategy: native``."""
+    """config/examples/coding-agent.yaml, ``strategy: native``: its 60k interaction tokens as
+    the input trigger (native has no per-interaction trigger), its keep and clearing batch."""
     from tests.bench.cost.setups import coding_agent_recipe
 
     recipe = coding_agent_recipe(bench)
     for policy in recipe.get("policies", {}).values():
         policy["strategy"] = "native"
+        trigger = policy.setdefault("trigger", {})
+        trigger["input_tokens"] = trigger.get("interaction_tokens") or trigger.get(
+            "input_tokens", 0
+        )
     return _native(recipe)
 
 
