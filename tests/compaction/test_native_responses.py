@@ -3,6 +3,7 @@ client through a real proxy (issue 21): what the provider received, what the cli
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from tests.support.clients import KEY, openai_client
 from tests.support.config import summarizing
 from tests.support.native_provider import NativeProvider
 from tests.support.responses_provider import INSTRUCTIONS, ResponsesProvider, long_input
+from tests.support.settle import settle
 
 NATIVE = {
     "strategy": "native",
@@ -117,3 +119,29 @@ def test_chat_completions_under_native_run_the_fallback(mock, start_proxy, strea
     assert "context_management" not in sent
     assert len(sent["messages"]) < len(history)
     assert provider is not None
+
+
+def test_an_overflow_under_native_is_rescued_with_the_shadow_summary(mock, start_proxy) -> None:
+    provider = ResponsesProvider(mock)
+    NativeProvider(mock)
+    shadowed = {
+        **NATIVE,
+        "trigger": {"interactions": 2, "context_fraction": 0},
+        "native": {"shadow_summary": True},
+    }
+    server = start_proxy(summarizing(mock.url, policy=shadowed))
+    history = long_input()
+    api = openai_client(server, "shadow-rescue", key=KEY)
+    raw = api.responses.with_raw_response.create(model="gpt-4o", input=history)
+    assert raw.headers["x-compaction-strategy"] == "native"
+    settle(server.url, route="responses", answered=1)
+    assert provider.chat.summaries == 1  # the shadow, made after the answer
+    sent = provider.responses_requests()[-1]
+    assert sent["input"] == history  # never sent
+    provider.max_items = len(history) - 4
+    raw = api.responses.with_raw_response.create(model="gpt-4o", input=history)
+    assert raw.headers["x-compaction-retried"] == "context_length_exceeded"
+    retried = provider.responses_requests()[-1]
+    assert "context_management" not in retried
+    assert len(retried["input"]) <= provider.max_items
+    assert "<agent_summary>" in json.dumps(retried["input"])
