@@ -218,8 +218,17 @@ def native_recipe(bench: Any) -> dict[str, Any]:
     return _native(recipe)
 
 
+def native_compaction(bench: Any) -> dict[str, Any]:
+    """``native_recipe`` without Anthropic's tool-use clearing: the provider's compaction only."""
+    recipe = native_recipe(bench)
+    for policy in recipe["policies"].values():
+        policy["native"] = {"clear_tool_uses": False}
+    return recipe
+
+
 # (name, policy, make_app): the setups registered in tests/bench/cost/setups.py's SETUPS.
 NATIVE_SETUPS = (
     ("native", native_policy, native_app),
     ("native recipe", native_recipe, native_app),
+    ("native compaction", native_compaction, native_app),
 )
