@@ -34,6 +34,7 @@ from proxy.ops.admin.routes import admin_app
 from proxy.ops.export.exporter import Exporter, export_events, open_sinks
 from proxy.ops.hooks import Hooks
 from proxy.ops.metrics import Metrics, counter_family, gauge_family, model_families
+from proxy.ops.native_metrics import NativeMetrics
 from proxy.ops.recorder import Recorder
 from proxy.ops.tracing import start as start_tracing
 from proxy.ops.tracing import stop as stop_tracing
@@ -69,6 +70,7 @@ def create_app(
     # What the routes and compaction tell operator features (metrics, hooks, export, recorder).
     listeners = Listeners()
     metrics.subscribe(listeners)
+    NativeMetrics(metrics.registry).subscribe(listeners)  # strategy native (issue 21)
     counter = counter or TokenCounter(settings.model_table())
     tokenizer: list[asyncio.Future[bool]] = []  # the start-up load, for /readyz
     tenancy = store.tenancy if store is not None else Tenancy.from_settings(settings.store)

@@ -52,6 +52,24 @@ class FollowUp(Protocol):
         """The answer (status < 400) was relayed: queue work due after it; must not block."""
 
 
+class NativeAttempt(Protocol):
+    """A request sent with the provider's own context management (``strategy: native``,
+    ``proxy.compaction.native_calls``), as the forwarder sees it."""
+
+    @property
+    def plain(self) -> Decision:
+        """The request without the fields: what is sent once after a refusal."""
+        ...
+
+    def refused(self, status: int, decoded: bytes) -> bool:
+        """Whether this error answer (decoded) refuses the context-management fields."""
+        ...
+
+    def reported(self, decoded: bytes) -> RawHeaders:
+        """The client's response headers for this whole answer (decoded): what it did."""
+        ...
+
+
 @dataclass(frozen=True)
 class Decision:
     """What to send for one request, and what to do after the answer."""
@@ -60,3 +78,5 @@ class Decision:
     response_headers: RawHeaders = field(default_factory=list)  # added to the client's response
     follow_up: FollowUp | None = None
     streaming: bool = False  # the client asked for SSE (an overflow may show inside the stream)
+    upstream_headers: RawHeaders = field(default_factory=list)  # set on the request sent
+    native: NativeAttempt | None = None

@@ -9,7 +9,9 @@ Request headers (the client's): ``X-Compaction: off`` skips compaction for one r
 Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``skipped``,
 ``pending``, ``blocked``, ``failed``, ``off``), with the tokens before and after, the checkpoint
 applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder;
-``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far.
+``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far;
+under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``
+(what the provider did).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ TOKENS_AFTER = "x-compaction-tokens-after"
 RETRIED = "x-compaction-retried"
 LEDGER = "x-compaction-ledger"  # response: the conversation's dollars so far (ledger_header)
 FOCUS = "x-compaction-focus"  # request: one line for the summary this request makes
+STRATEGY = "x-compaction-strategy"  # response: the strategy that ran (native, or its fallback)
+NATIVE = "x-compaction-native"  # response: what the provider's own compaction did
 
 # As errors name them (the case the docs write).
 POLICY_PARAM = "X-Compaction-Policy"
@@ -44,6 +48,8 @@ _TOKENS_BEFORE = TOKENS_BEFORE.encode()
 _TOKENS_AFTER = TOKENS_AFTER.encode()
 _RETRIED = (RETRIED.encode(), b"context_length_exceeded")
 _LEDGER = LEDGER.encode()
+STRATEGY_BYTES = STRATEGY.encode()
+NATIVE_BYTES = NATIVE.encode()
 
 
 def switched_off(headers: HeaderView) -> bool:

@@ -19,12 +19,14 @@ from typing import Any
 
 from proxy import tracing
 from proxy.compaction import protocol
-from proxy.compaction.ahead import AheadOfTime
+from proxy.compaction.ahead import AheadOfTime, PendingSummary
 from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming
 from proxy.compaction.focus import asked_focus
 from proxy.compaction.follow_up import PlannedFollowUp
 from proxy.compaction.model_info import ModelInfos
+from proxy.compaction.native import NATIVE, planned_policy
+from proxy.compaction.native_calls import NativeCalls, NativeRequest, unchanged
 from proxy.compaction.offload import is_heavy, work
 from proxy.compaction.pace import Pace, Paces, due
 from proxy.compaction.paying import PriceTrigger
@@ -86,6 +88,8 @@ class Rewriter:
         self._spending = spending
         self._paces = paces
         self._price = price
+        # strategy: native (issue 21): the provider's own context management.
+        self._natives = NativeCalls(models=models, listeners=listeners, spending=spending)
 
     def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
         """The response headers of a request the headers alone send through untouched, or None.
@@ -127,15 +131,34 @@ class Rewriter:
         tracing.request_model(model)
         if policy.strategy == "off":  # chosen by a route
             return self._untouched(raw, policy_name)
+        native_adapter = self._natives.adapter(dialect, policy, model)
+        fell_back = policy.strategy == NATIVE and native_adapter is None
+        if policy.strategy == NATIVE:
+            policy = planned_policy(policy, native=native_adapter is not None)
+        native = None
+        if native_adapter is not None:
+            native = NativeRequest(
+                native_adapter,
+                dialect.name,
+                model,
+                policy_name,
+                policy,
+                headers,
+                body,
+                raw,
+                streaming=body.get("stream") is True,
+            )
         neutral = await work(heavy, self._neutral_of, dialect, body, facts)
         if neutral is None:  # the provider holds this history (e.g. previous_response_id)
+            if native is not None:  # compacted by the provider all the same
+                return self._natives.decision(native)
             return self._untouched(raw, policy_name)
         messages = neutral.messages
         conversation_id = resolve_conversation_id(
             headers.values, messages, tenant=tenant, tenancy=self._tenancy, settings=conversation
         )
         if conversation_id is None:
-            return self._untouched(raw, policy_name)
+            return self._natives.decision(native) if native else self._untouched(raw, policy_name)
         # The caller's key, where the route says it is valid (an Anthropic key never goes to
         # the OpenAI upstream's /models, nor to its summarizer).
         credentials = incoming.credentials
@@ -162,8 +185,10 @@ class Rewriter:
         record = await self._stored.record(conv)
         pinned = protocol.pinned_checkpoint(headers)
         current = await work(heavy, self._plan_applying, conv, record, pinned)
-        pace = await self._pace_if_needed(conv, current, priced=pinned is None)
-        if pinned is None and self._price is not None and self._paces is not None:
+        # Native: the provider compacts; the plan only counts (and may shadow): no price trigger.
+        priced = pinned is None and native is None
+        pace = await self._pace_if_needed(conv, current, priced=priced)
+        if priced and self._price is not None and self._paces is not None:
             checkpoint = self._stored.to_apply(conv, record, pinned)
             now = self._paces.clock()
             check = await work(heavy, self._price.check, conv, current, checkpoint, pace, now)
@@ -171,7 +196,8 @@ class Rewriter:
                 current = check.plan
         outcome = None
         wanted = current.summary_request
-        if wanted is not None and current.fired and must_summarize_now(conv, current):
+        inline = native is None and must_summarize_now(conv, current)
+        if wanted is not None and current.fired and inline:
             try:
                 made = await self._summaries.summarize_now(
                     conv, wanted, current.applied_checkpoint, mode="inline"
@@ -183,9 +209,13 @@ class Rewriter:
             wanted = current.summary_request
         pending = None
         ahead = wanted is not None and current.near and policy.mode == "ahead"
+        if native is not None:  # only a shadow summary, stored and never sent
+            ahead = wanted is not None and current.near and policy.native.shadow_summary
         if ahead and wanted is not None and self._ahead_due(conv, current, pace):
             fired = bool(current.fired)
             pending = self._ahead.pending(conv, wanted, current.applied_checkpoint, fired=fired)
+        if native is not None:
+            return self._native_decision(native, conv, current, messages, pending)
         outcome = outcome or outcome_of(current, pending=pending is not None)
         current = await self._review.before_send(conv, current)
         self._listeners.emit(decided(conv, current, outcome))
@@ -198,6 +228,8 @@ class Rewriter:
         if pending is not None and incoming.call is not None:
             # The summary asked on the prompt the provider is about to cache (issue 19).
             pending = replace(pending, prefix=PrefixSource(sent, dialect, incoming.call))
+        if fell_back:  # native asked for where the provider offers none: which strategy ran
+            added = [*added, (protocol.STRATEGY_BYTES, policy.strategy.encode())]
         follow_up = PlannedFollowUp(
             conv,
             current,
@@ -214,6 +246,29 @@ class Rewriter:
             follow_up=follow_up,
             streaming=body.get("stream") is True,
         )
+
+    def _native_decision(
+        self,
+        native: NativeRequest,
+        conv: Conversation,
+        current: Plan,
+        messages: list[dict[str, Any]],
+        pending: PendingSummary | None,
+    ) -> Decision:
+        """The request as the client sent it plus the provider's context management; the plan
+        only counts it and, with ``shadow_summary``, asks for the summary never sent."""
+        sent = unchanged(current)
+        follow_up = PlannedFollowUp(
+            conv,
+            sent,
+            messages,
+            models=self._models,
+            listeners=self._listeners,
+            rescue=self._rescue,
+            pending=pending,
+            spending=self._spending,
+        )
+        return self._natives.decision(native, conv=conv, current=sent, inner=follow_up)
 
     async def _pace_if_needed(
         self, conv: Conversation, current: Plan, *, priced: bool

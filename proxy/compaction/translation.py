@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from proxy.compaction.native import NativeAdapter
 from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 
@@ -31,6 +32,8 @@ class Translator(Protocol):
     # The body field that names a prompt cache bucket (OpenAI's prompt_cache_key), set on a
     # body the proxy rewrites when the client sent none; None: the API has no such field.
     cache_key_field: str | None
+    # The API's own context management (``strategy: native``); None: it has none.
+    native: NativeAdapter | None
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         """The parsed body; InvalidRequest when no request of this dialect could be valid."""

@@ -90,6 +90,8 @@ def plan(
     and the budget is applied like ``window_tokens``. ``fire`` names triggers decided outside
     the core (the price trigger, ``proxy.compaction.paying``): they count as fired, with the
     policy's own ``keep``."""
+    if policy.strategy == "native":  # the provider compacts; planned here: its fallback
+        policy = policy.model_copy(update={"strategy": policy.native.fallback})
     # off is fully transparent: not even a client's echoed summary is touched.
     source = (
         messages

@@ -222,8 +222,41 @@ class PolicySummarizer(PolicyModel):
         return None if value is None else check_final_prompt(value)
 
 
+class NativeSettings(PolicyModel):
+    """``strategy: native``: the provider's own context management (docs/policies.md, "Native
+    compaction"); the trigger, keep and ``clear_tool_results.clear_at_least`` are the policy's."""
+
+    fallback: Literal["summarize", "neuralyze", "trim", "off"] = Field(
+        "summarize",
+        description="The strategy that runs where the provider offers none (chat completions, "
+        "or a model that refused the fields).",
+    )
+    shadow_summary: bool = Field(
+        False,
+        description="Also make the proxy's own <agent_summary> of the same turns, stored as a "
+        "checkpoint and never sent (readable, exported, used by the overflow rescue).",
+    )
+    compaction: bool = Field(
+        True,
+        description="Ask for server-side compaction (Responses compact_threshold, Anthropic's "
+        "compact_20260112 edit) at the policy's trigger.",
+    )
+    clear_tool_uses: bool = Field(
+        True, description="Anthropic: clear old tool uses (clear_tool_uses_20250919)."
+    )
+    exclude_tools: tuple[str, ...] = Field(
+        (), description="Anthropic: tools whose uses are never cleared."
+    )
+    clear_tool_inputs: bool = Field(
+        False, description="Anthropic: clear the tool calls' inputs too, not only their results."
+    )
+    instructions: str | None = Field(
+        None, description="Anthropic: extra instructions for the provider's compaction summary."
+    )
+
+
 class PolicySettings(PolicyModel):
-    strategy: Literal["summarize", "neuralyze", "trim", "off"] = Field(
+    strategy: Literal["summarize", "neuralyze", "trim", "off", "native"] = Field(
         "summarize", description="What to do with old interactions when a trigger fires."
     )
     mode: Literal["ahead", "inline"] = Field(
@@ -257,6 +290,10 @@ class PolicySettings(PolicyModel):
         "verbatim, in order, after the summary; a tool round travels whole.",
     )
     window_tokens: NonNegativeInt = Field(0, description="Final hard token budget (0 = none).")
+    native: NativeSettings = Field(
+        default_factory=NativeSettings,
+        description="strategy native: the provider's own compaction, and what runs without it.",
+    )
     neuralyze_notice: str | None = Field(
         None, description="neuralyze: an optional fixed notice put where old turns were dropped."
     )

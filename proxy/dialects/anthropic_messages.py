@@ -37,6 +37,7 @@ from proxy import wirejson
 from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
+from proxy.dialects.anthropic_native import ANTHROPIC_NATIVE
 from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
@@ -299,6 +300,7 @@ class AnthropicMessages:
     history_field = "messages"
     cache_key_field = None  # Anthropic caches at cache_control breakpoints (see render)
     records = False
+    native = ANTHROPIC_NATIVE  # context_management.edits (strategy: native)
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_messages_body(raw)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from proxy.compaction.native import NativeAdapter
 from proxy.compaction.translation import Neutral
 from proxy.core.digests import DIALECT_FIELD
 from proxy.core.facts import FactLookup
@@ -43,6 +44,8 @@ class Dialect(Protocol):
     # Its bodies are transcripts ``compaction-proxy eval`` replays as they are (chat-shaped):
     # the recorder (``record.path``) keeps them.
     records: bool
+    # The API's own context management (``strategy: native``); None: it has none.
+    native: NativeAdapter | None
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         """The parsed body; InvalidRequest when no request of this dialect could be valid."""

@@ -38,6 +38,7 @@ class ChatCompletions:
     history_field = "messages"
     cache_key_field = "prompt_cache_key"
     records = True
+    native = None  # chat completions has no context management of the provider's
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_chat_body(raw)

@@ -32,6 +32,7 @@ from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.dialects.base import HASHED, WIRE, Neutral, cleared_wires, wire_groups
 from proxy.dialects.error_shapes import openai_error_body
+from proxy.dialects.responses_native import RESPONSES_NATIVE
 from proxy.errors import InvalidRequest, ProxyError
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
@@ -271,6 +272,7 @@ class Responses:
     history_field = "input"
     cache_key_field = "prompt_cache_key"
     records = False
+    native = RESPONSES_NATIVE  # context_management compaction (strategy: native)
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_responses_body(raw)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 
 from proxy import tracing
 from proxy.compaction import protocol
 from proxy.compaction.decision import Decision, FollowUp
 from proxy.errors import ProxyError, UpstreamError
 from proxy.proxying.body import stream_request_body
+from proxy.proxying.native_retry import native_answer, with_upstream_headers
 from proxy.proxying.overflow import look_for_overflow
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, CancelOnDisconnect, relay, send_error
 from proxy.proxying.responses import ResponseTail
@@ -50,6 +52,17 @@ class _Request:
             response = await self.upstream.send(self.method, self.url, headers, body)
             tracing.failed(call, response.status)
             return response
+
+    async def send_for(
+        self, decision: Decision, body: bytes | AsyncIterator[bytes] | None
+    ) -> UpstreamResponse:
+        """Send ``body`` with the headers ``decision`` sets (strategy native's beta flags)."""
+        headers = with_upstream_headers(self.headers, decision)
+        return await self.upstream.send(self.method, self.url, headers, body)
+
+
+async def _resend(request: _Request, decision: Decision) -> UpstreamResponse:
+    return await request.send_for(decision, decision.body)
 
 
 @dataclass
@@ -102,7 +115,12 @@ async def forward(
         request = _Request(upstream, method, url, headers)
         exchange.added_ms = (time.perf_counter() - exchange.arrived) * 1000
         try:
-            answer = _Answer(await request.send(body), decision)
+            answer = _Answer(await request.send_for(decision, body), decision)
+            if decision.native is not None:  # strategy native: refused fields, what it did
+                resend = partial(_resend, request)
+                answer = _Answer(
+                    *await native_answer(answer.response, decision, decision.native, resend)
+                )
             if decision.follow_up is not None:
                 answer = await _unless_overflow(
                     answer, decision.follow_up, request, hold_seconds=stream_hold_seconds

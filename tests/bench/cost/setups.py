@@ -27,6 +27,7 @@ import yaml
 from proxy.app import create_app
 from proxy.config.settings import Settings, parse_settings
 from proxy.server.run import uvicorn_options
+from tests.bench.cost.native_setup import NATIVE_SETUPS
 from tests.bench.cost.prices import PriceModel
 from tests.bench.cost.replay import Target
 from tests.support.servers import ThreadedUvicorn
@@ -115,6 +116,7 @@ SETUPS = (
     Setup("default", default_policy),
     Setup("thresholds only", thresholds_only),
     Setup("coding-agent.yaml", coding_agent_recipe),
+    *(Setup(*setup) for setup in NATIVE_SETUPS),  # strategy native: native_setup.py
 )
 
 
