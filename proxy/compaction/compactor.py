@@ -21,6 +21,7 @@ from proxy.compaction.decision import Decision, Incoming
 from proxy.compaction.model_info import ModelInfos
 from proxy.compaction.pace import Paces
 from proxy.compaction.planning import plan_with
+from proxy.compaction.recall import Recall
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import NoReview, PlanReview
 from proxy.compaction.rewriter import Rewriter
@@ -86,6 +87,14 @@ class Compactor:
             spending=self.spending,
             paces=self.paces,
         )
+        # What compaction removed, kept for the model's recall tool (issue 20).
+        self.recall = Recall(
+            settings.recall,
+            originals=store.originals,
+            tenancy=tenancy,
+            listeners=listeners,
+            spending=self.spending,
+        )
         self._rewriter = Rewriter(
             settings,
             tenancy=tenancy,
@@ -108,6 +117,7 @@ class Compactor:
             listeners=listeners,
             spending=self.spending,
             paces=self.paces,
+            recall=self.recall,
         )
 
     # --- the request path ---------------------------------------------------------------------

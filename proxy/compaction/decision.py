@@ -7,11 +7,14 @@ request path").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from proxy.compaction.translation import Translator
 from proxy.state.tenancy import Credentials
 from proxy.types import HeaderView, RawHeaders
+
+if TYPE_CHECKING:
+    from proxy.compaction.recall import RecallSession
 
 
 class BodySource(Protocol):
@@ -56,3 +59,5 @@ class Decision:
     response_headers: RawHeaders = field(default_factory=list)  # added to the client's response
     follow_up: FollowUp | None = None
     streaming: bool = False  # the client asked for SSE (an overflow may show inside the stream)
+    # The request went out with the recall tool: the forwarder answers its calls (issue 20).
+    recall: RecallSession | None = None

@@ -27,6 +27,7 @@ from proxy.compaction.offload import is_heavy, work
 from proxy.compaction.pace import Paces, due
 from proxy.compaction.planning import must_summarize_now, outcome_of, plan_with
 from proxy.compaction.policies import choose_policy
+from proxy.compaction.recall import Recall
 from proxy.compaction.render import OFF, decided, render
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import PlanReview
@@ -66,6 +67,7 @@ class Rewriter:
         listeners: Listeners,
         spending: Spending | None = None,
         paces: Paces | None = None,
+        recall: Recall | None = None,
     ) -> None:
         self._settings = settings
         self._tenancy = tenancy
@@ -80,6 +82,7 @@ class Rewriter:
         self._listeners = listeners
         self._spending = spending
         self._paces = paces
+        self._recall = recall
 
     def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
         """The response headers of a request the headers alone send through untouched, or None.
@@ -172,7 +175,13 @@ class Rewriter:
         self._listeners.emit(decided(conv, current, outcome))
         if self._paces is not None and policy.strategy == "summarize":
             self._paces.seen(conv, current)
-        sent, added = await work(heavy, partial(render, conv, current, messages, outcome))
+        session = None
+        if self._recall is not None:  # stubs and the summary name what they stand for
+            current, session = self._recall.prepare(conv, current)
+        offer = session.with_tool if session is not None else None
+        sent, added = await work(
+            heavy, partial(render, conv, current, messages, outcome, offer=offer)
+        )
         follow_up = PlannedFollowUp(
             conv,
             current,
@@ -188,6 +197,7 @@ class Rewriter:
             response_headers=added,
             follow_up=follow_up,
             streaming=body.get("stream") is True,
+            recall=session,
         )
 
     async def _ahead_due(self, conv: Conversation, current: Plan) -> bool:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.compaction.decision import Decision, FollowUp
 from proxy.errors import ProxyError, UpstreamError
 from proxy.proxying.body import stream_request_body
 from proxy.proxying.overflow import look_for_overflow
+from proxy.proxying.recall_loop import recall_rounds
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, CancelOnDisconnect, relay, send_error
 from proxy.proxying.responses import ResponseTail
 from proxy.server.abort import cut_off
@@ -95,6 +96,8 @@ async def forward(
                 answer = await _unless_overflow(
                     answer, decision.follow_up, request, hold_seconds=stream_hold_seconds
                 )
+            if answer.decision.recall is not None:
+                answer = await _with_recalls(answer, request)
         except ProxyError as error:
             close = CLOSE if error is guard.refused else ()
             await send_error(send, error, exchange, extra_headers=close, body=error_body(error))
@@ -151,6 +154,24 @@ async def _unless_overflow(
         return held
     await look.response.aclose()
     return _Answer(await request.send(replacement.body), replacement)
+
+
+async def _with_recalls(answer: _Answer, request: _Request) -> _Answer:
+    """The final answer once the model's recall calls are answered (proxying/recall_loop.py),
+    with the headers that count the rounds."""
+    decision = answer.decision
+    assert decision.recall is not None and isinstance(decision.body, bytes)
+    response, added = await recall_rounds(
+        answer.response,
+        decision.recall,
+        sent=decision.body,
+        streaming=decision.streaming,
+        send=request.send,
+    )
+    if not added:
+        return _Answer(response, decision, answer.observed)
+    headers = [*decision.response_headers, *added]
+    return _Answer(response, replace(decision, response_headers=headers), answer.observed)
 
 
 def _answered(answer: _Answer, tail: ResponseTail | None) -> None:

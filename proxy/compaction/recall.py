@@ -1,0 +1,202 @@
+"""The recall tool, compaction's side (issue 20, docs/recall.md): which requests get it, the
+originals their plan refers to (kept in the store, fire-and-forget), and the answer to one call.
+
+``Recall.prepare`` annotates a plan (``recall_notes``) and, when the plan refers to originals
+and the request may have the tool, returns a ``RecallSession`` the decision carries to the
+forwarder, whose loop (``proxy/proxying/recall_loop.py``) answers the model's calls with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.compaction.conversation import Conversation
+from proxy.compaction.pending import PendingWrites
+from proxy.compaction.recall_contract import RecallShape, ToolCall
+from proxy.compaction.recall_events import (
+    OriginalsKept,
+    RecallAnswered,
+    RecallOffered,
+    RecallRounds,
+)
+from proxy.compaction.recall_notes import Piece, annotate
+from proxy.compaction.spending import Spending, read_usage
+from proxy.config.recall import RecallSettings
+from proxy.core.planner import Plan
+from proxy.events import Listeners
+from proxy.state.originals import UNAVAILABLE, Originals
+from proxy.state.tenancy import Tenancy
+
+_KNOWN_KEPT = 4096  # (conversation, handle) pairs this process knows are stored already
+_QUERY_CONTEXT_LINES = 3
+_CUT = "\n[recall truncated: ask again with a query to see a part]"
+
+
+class Recall:
+    """Built once by the compactor."""
+
+    def __init__(
+        self,
+        settings: RecallSettings,
+        *,
+        originals: Originals,
+        tenancy: Tenancy,
+        listeners: Listeners,
+        spending: Spending | None = None,
+    ) -> None:
+        self.settings = settings
+        self._originals = originals
+        self._tenancy = tenancy
+        self._listeners = listeners
+        self._spending = spending
+        self._writes = PendingWrites("originals write")
+        self._kept: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
+        """The plan to render (stubs naming handles, the summary's index) and the session of a
+        request that gets the tool; (``plan``, None) when recall does not apply."""
+        shape: RecallShape | None = getattr(conv.dialect, "recall", None)
+        if not self.settings.enabled or shape is None:
+            return plan, None
+        salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
+        notes = annotate(plan, salt=salt, settings=self.settings)
+        if not notes.pieces:
+            return plan, None
+        self._keep(conv, notes.pieces)
+        name, description = self.settings.tool_name, self.settings.description
+        if shape.offer(conv.body, name, description) is None:
+            return notes.plan, None  # the client's own tool of that name, or no tools allowed
+        self._listeners.emit(RecallOffered(len(notes.pieces)))
+        session = RecallSession(self, conv, shape, notes.pieces, plan=notes.plan)
+        return notes.plan, session
+
+    def _keep(self, conv: Conversation, pieces: dict[str, Piece]) -> None:
+        """Store the pieces this process has not stored yet, after the answer (never waited)."""
+        scope = conv.key
+        new = [(h, p.text) for h, p in pieces.items() if (scope, h) not in self._kept]
+        if not new:
+            return
+        for handle, _ in new:
+            self._kept[(scope, handle)] = None
+        while len(self._kept) > _KNOWN_KEPT:
+            self._kept.popitem(last=False)
+
+        async def write() -> None:
+            kept = await self._originals.keep(
+                conv.tenant, conv.conversation_id, new, budget_bytes=self.settings.budget_bytes
+            )
+            if kept is None:  # not written: try again on a later request
+                for handle, _ in new:
+                    self._kept.pop((scope, handle), None)
+            elif kept.added or kept.evicted:
+                self._listeners.emit(OriginalsKept(kept.added, kept.evicted))
+
+        self._writes.start(write)
+
+    async def join(self) -> None:
+        await self._writes.join()
+
+
+@dataclass
+class RecallSession:
+    """One request's recall: the tool's shape, what its plan refers to, the calls answered."""
+
+    recall: Recall
+    conv: Conversation
+    shape: RecallShape
+    pieces: dict[str, Piece]
+    plan: Plan
+
+    @property
+    def settings(self) -> RecallSettings:
+        return self.recall.settings
+
+    @property
+    def tool_name(self) -> str:
+        return self.settings.tool_name
+
+    def with_tool(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The rendered body with the tool added (``prepare`` checked that it may be)."""
+        return self.shape.offer(body, self.tool_name, self.settings.description) or body
+
+    async def answer(self, call: ToolCall) -> str:
+        """The tool result for one recall call: the original (or its matching lines), or a
+        sentence saying why there is none. Never raises."""
+        try:
+            args = json.loads(call.arguments or "{}")
+        except ValueError:
+            args = None
+        handle = args.get("id") if isinstance(args, dict) else None
+        if not isinstance(handle, str) or not handle.strip():
+            self._count("missing")
+            return (
+                'No recall id given: call it with {"id": "r..."} as named in a stub or the index.'
+            )
+        handle = handle.strip()
+        piece = self.pieces.get(handle)
+        text: object = piece.text if piece is not None else None
+        if text is None:
+            c = self.conv
+            text = await self.recall._originals.find(c.tenant, c.conversation_id, handle)
+        if text is UNAVAILABLE:
+            self._count("unavailable")
+            return f"The original of {handle} is unavailable right now; go on without it."
+        if not isinstance(text, str):
+            self._count("missing")
+            return f"Not found: no original with recall id {handle} in this conversation (unknown or expired)."
+        self._count("found")
+        query = args.get("query") if isinstance(args, dict) else None
+        if isinstance(query, str) and query.strip():
+            text = matching_lines(text, query.strip())
+        return _capped(text, self.settings.max_result_bytes)
+
+    def _count(self, outcome: str) -> None:
+        self.recall._listeners.emit(RecallAnswered(outcome))
+
+    def finished(self, rounds: int, round_tails: list[bytes]) -> int:
+        """The rounds are over: price each round's answer into the ledger, tell the metrics;
+        the tokens the rounds were billed (prompt and completion)."""
+        tokens = 0
+        for tail in round_tails:
+            usage = read_usage(self.conv.route, tail)
+            if usage is None:
+                continue
+            tokens += usage.prompt + usage.output
+            if self.recall._spending is not None:
+                self.recall._spending.answered(self.conv, self.plan, usage)
+        if rounds:
+            self.recall._listeners.emit(RecallRounds(rounds, tokens))
+        return tokens
+
+
+def matching_lines(text: str, query: str) -> str:
+    """The lines of ``text`` containing ``query`` (case-insensitive), with a few around each;
+    a sentence when none does."""
+    lines = text.splitlines()
+    wanted = query.casefold()
+    keep: set[int] = set()
+    for n, line in enumerate(lines):
+        if wanted in line.casefold():
+            keep.update(range(max(0, n - _QUERY_CONTEXT_LINES), n + _QUERY_CONTEXT_LINES + 1))
+    if not keep:
+        return (
+            f"No line of this original contains {query!r}; call again without query for all of it."
+        )
+    out: list[str] = []
+    last = -2
+    for n in sorted(k for k in keep if k < len(lines)):
+        if n != last + 1 and out:
+            out.append("...")
+        out.append(lines[n])
+        last = n
+    return "\n".join(out)
+
+
+def _capped(text: str, max_bytes: int) -> str:
+    encoded = text.encode("utf-8", "surrogatepass")
+    if len(encoded) <= max_bytes:
+        return text
+    return encoded[: max_bytes - len(_CUT)].decode("utf-8", "ignore") + _CUT

@@ -1,0 +1,216 @@
+"""What a plan removed, named so the model can fetch it back (issue 20, docs/recall.md).
+
+Two kinds of piece are kept: a tool result the plan cleared (its stub now names its handle and
+what it was) and, under a summary, every turn the summary covers (the turn's messages as a plain
+transcript) and every tool result in it. The summary message ends with a short index of those
+handles. A handle is a keyed hash of the piece within its conversation (``Tenancy.recall_salt``):
+the same piece always gets the same handle there, so the prompt's bytes stay stable across turns
+(the provider's cache), and the same piece in another conversation gets another one.
+
+Pure: the plan in, the annotated plan and the pieces out; nothing is stored here.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from proxy.config.recall import RecallSettings
+from proxy.core.interactions import group
+from proxy.core.planner import Plan
+from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
+
+_STUB = re.compile(r"^\[tool result cleared to save context: (\d+) tokens\]$")
+_ARGS_CHARS = 60  # a call's arguments, in brief, in a stub or an index line
+_TURN_PREVIEW_CHARS = 50
+_INDEX_MAX_CHARS = 3000  # the index stays short whatever index_entries says
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One thing the plan removed: its handle, a one-line label, and its full text."""
+
+    handle: str
+    label: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Notes:
+    """A plan annotated for recall, and what it refers to (handle -> piece)."""
+
+    plan: Plan
+    pieces: dict[str, Piece]
+
+
+def handle_of(salt: str, kind: str, text: str) -> str:
+    """A short handle (``r`` + 10 base32 characters, 50 bits) for ``text`` in one conversation."""
+    digest = hashlib.blake2b(
+        f"{kind}\x00{text}".encode("utf-8", "surrogatepass"), key=salt.encode()[:64], digest_size=8
+    ).digest()
+    return "r" + base64.b32encode(digest).decode().lower()[:10]
+
+
+def annotate(plan: Plan, *, salt: str, settings: RecallSettings) -> Notes:
+    """``plan`` with its stubs naming their handles and its summary ending with an index; the
+    pieces they name. A plan that removed nothing comes back as it is, with no pieces."""
+    if not plan.changed or (not plan.cleared and plan.summary_text is None):
+        return Notes(plan, {})
+    source = plan.source
+    calls = _calls_by_id(source)
+    pieces: dict[str, Piece] = {}
+    cleared_ids = {source[i].get("tool_call_id") for i in plan.cleared}
+    messages = list(plan.messages)
+    for n, message in enumerate(messages):
+        content = message.get("content")
+        found = _STUB.match(content) if isinstance(content, str) else None
+        if found is None or message.get("role") not in ("tool", "function"):
+            continue
+        if message.get("tool_call_id") not in cleared_ids:
+            continue
+        original = _original_result(source, message.get("tool_call_id"))
+        if original is None:
+            continue
+        piece = _tool_piece(salt, original, calls)
+        pieces[piece.handle] = piece
+        messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
+    if plan.summary_text is not None:
+        covered = _covered_pieces(salt, plan, calls)
+        for piece in covered:
+            pieces.setdefault(piece.handle, piece)
+        at = _summary_at(messages)
+        if at is not None and covered:
+            index = _index(covered, settings)
+            content = messages[at]["content"]
+            head = content[: -len(CLOSE_TAG)].rstrip("\n")
+            messages[at] = {**messages[at], "content": f"{head}\n\n{index}\n{CLOSE_TAG}"}
+    if not pieces:
+        return Notes(plan, {})
+    return Notes(replace(plan, messages=messages), pieces)
+
+
+def _stub_text(piece: Piece, tokens: int) -> str:
+    return f"[tool result cleared to save context: {piece.label}, {tokens:,} tokens; recall id {piece.handle}]"
+
+
+def _calls_by_id(source: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """tool_call_id -> (tool name, arguments in brief)."""
+    found: dict[str, tuple[str, str]] = {}
+    for message in source:
+        for call in message.get("tool_calls") or ():
+            if not isinstance(call, dict):
+                continue
+            function = call.get("function") or {}
+            found[str(call.get("id"))] = (
+                str(function.get("name") or "tool"),
+                _brief(function.get("arguments")),
+            )
+    return found
+
+
+def _brief(arguments: object) -> str:
+    try:
+        data = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        data = arguments
+    if isinstance(data, dict):
+        text = " ".join(str(v) for v in data.values())
+    else:
+        text = "" if data is None else str(data)
+    text = " ".join(text.split())
+    return text if len(text) <= _ARGS_CHARS else text[: _ARGS_CHARS - 1] + "…"
+
+
+def text_of(content: object) -> str:
+    """A message's content as plain text (a string, or the text parts of a list of blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                value = part.get("text", part.get("content", ""))
+                parts.append(value if isinstance(value, str) else text_of(value))
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return "" if content is None else json.dumps(content, ensure_ascii=False)
+
+
+def _original_result(source: list[dict[str, Any]], call_id: object) -> dict[str, Any] | None:
+    for message in source:
+        if message.get("role") in ("tool", "function") and message.get("tool_call_id") == call_id:
+            return message
+    return None
+
+
+def _tool_piece(salt: str, result: dict[str, Any], calls: dict[str, tuple[str, str]]) -> Piece:
+    call_id = str(result.get("tool_call_id"))
+    name, args = calls.get(call_id, (str(result.get("name") or "tool"), ""))
+    text = text_of(result.get("content"))
+    label = f"tool output of {name} {args}".rstrip()
+    return Piece(handle_of(salt, "tool:" + call_id, text), label, text)
+
+
+def _covered_pieces(salt: str, plan: Plan, calls: dict[str, tuple[str, str]]) -> list[Piece]:
+    """Under a summary: each covered turn as a transcript, then each tool result in it."""
+    start, end = plan.grouping.preamble_len, plan.cut
+    covered = plan.source[start:end]
+    pieces: list[Piece] = []
+    grouping = group(covered)
+    for k in range(len(grouping)):
+        a, b = grouping.span(k)
+        turn = covered[a:b]
+        text = "\n".join(_line(m, calls) for m in turn)
+        first = next((text_of(m.get("content")) for m in turn if m.get("role") == "user"), "")
+        preview = " ".join(first.split())[:_TURN_PREVIEW_CHARS]
+        label = f'turn "{preview}"' if preview else "turn"
+        pieces.append(Piece(handle_of(salt, "turn", text), label, text))
+        for message in turn:
+            if message.get("role") in ("tool", "function"):
+                pieces.append(_tool_piece(salt, message, calls))
+    return pieces
+
+
+def _line(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> str:
+    role = str(message.get("role"))
+    text = text_of(message.get("content"))
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, dict):
+            name, args = calls.get(str(call.get("id")), ("tool", ""))
+            text += f"\n[calls {name} {args}]"
+    return f"{role}: {text}"
+
+
+def _summary_at(messages: list[dict[str, Any]]) -> int | None:
+    for n, message in enumerate(messages):
+        content = message.get("content")
+        if (
+            message.get("role") == "system"
+            and isinstance(content, str)
+            and content.startswith(OPEN_TAG)
+            and content.endswith(CLOSE_TAG)
+            and "_wire" not in message
+        ):
+            return n
+    return None
+
+
+def _index(pieces: list[Piece], settings: RecallSettings) -> str:
+    """The newest ``index_entries`` pieces, one line each, within ``_INDEX_MAX_CHARS``."""
+    head = f"Recall index (the {settings.tool_name} tool returns any of these verbatim):"
+    lines: list[str] = []
+    size = len(head)
+    for piece in reversed(pieces[-settings.index_entries :] if settings.index_entries else []):
+        line = escape_tags(f"- {piece.handle}: {piece.label}, {len(piece.text):,} chars")
+        if size + len(line) + 1 > _INDEX_MAX_CHARS:
+            break
+        lines.append(line)
+        size += len(line) + 1
+    left = len(pieces) - len(lines)
+    tail = [f"- ({left} older entries not listed)"] if left else []
+    return "\n".join([head, *reversed(lines), *tail])

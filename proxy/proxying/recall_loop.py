@@ -1,0 +1,189 @@
+"""The recall rounds of one request (issue 20, docs/recall.md): the provider's answer is looked
+at just long enough to know whether it calls the proxy's recall tool; if it does, the proxy
+answers the call from the originals, asks again, and the client only ever receives the final
+answer.
+
+- A plain answer is read whole (it is small next to the call it answers) and relayed unchanged
+  when it calls no recall.
+- A stream is held only until its first event that says what the reply is: text (or a refusal)
+  is relayed at once from that event on, so a reply that starts with text waits for nothing but
+  the events before it (the stream's opening, reasoning); a tool call is read to the end of the
+  stream, then relayed unchanged if none of its calls is a recall.
+- Bounded: ``recall.max_rounds`` rounds, ``recall.timeout_seconds`` in all, and the re-ask that
+  ends them forbids tools, so the model answers with what it has. A stream held past
+  ``_MAX_HELD_BYTES`` undecided is relayed as it is.
+
+Headers ``X-Compaction-Recalls`` (rounds) and ``X-Compaction-Recall-Tokens`` (what the rounds
+were billed) go on the final answer; a whole (non-streamed) final answer's ``usage`` has the
+rounds' usage added.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy import wirejson
+from proxy.compaction.recall import RecallSession
+from proxy.compaction.recall_contract import TEXT, TOOL, ModelReply
+from proxy.proxying.responses import BufferedResponse, PrefixedResponse
+from proxy.types import RawHeaders
+from proxy.upstream.base import UpstreamResponse
+from proxy.upstream.content_coding import Decoder
+
+RECALLS = b"x-compaction-recalls"
+RECALL_TOKENS = b"x-compaction-recall-tokens"
+_MAX_HELD_BYTES = 8 * 1024 * 1024
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+Send = Callable[[bytes], Awaitable[UpstreamResponse]]
+
+
+@dataclass
+class _Looked:
+    """An answer looked at: the response to relay if it is final, the reply read (None: not a
+    tool call), and its decoded bytes (its usage, for the ledger)."""
+
+    response: UpstreamResponse
+    reply: ModelReply | None = None
+    decoded: bytes = b""
+
+
+async def recall_rounds(
+    response: UpstreamResponse,
+    session: RecallSession,
+    *,
+    sent: bytes,
+    streaming: bool,
+    send: Send,
+) -> tuple[UpstreamResponse, RawHeaders]:
+    """The answer to relay to the client, and the headers to add to it."""
+    settings = session.settings
+    deadline = time.monotonic() + settings.timeout_seconds
+    rounds = 0
+    tails: list[bytes] = []
+    body: dict[str, Any] | None = None
+    while True:
+        if response.status != 200:
+            looked = _Looked(response)
+        elif streaming:
+            looked = await _look_at_stream(response, session)
+        else:
+            looked = await _look_at_body(response, session)
+        reply = looked.reply
+        recalls = [c for c in reply.calls if c.name == session.tool_name] if reply else []
+        if not recalls or rounds >= settings.max_rounds:
+            break
+        rounds += 1
+        tails.append(looked.decoded)
+        answers = {call.id: await session.answer(call) for call in recalls}
+        if body is None:
+            body = wirejson.parse(sent)
+        last = rounds >= settings.max_rounds or time.monotonic() >= deadline
+        assert reply is not None
+        body = session.shape.ask_again(body, reply, answers, name=session.tool_name, last=last)
+        response = await send(wirejson.encode(body))
+    tokens = session.finished(rounds, tails)
+    if not rounds:
+        return looked.response, []
+    final = looked.response
+    if not streaming and final.status == 200 and looked.decoded:
+        final = _with_usage_added(final, looked.decoded, tails)
+    return final, [(RECALLS, str(rounds).encode()), (RECALL_TOKENS, str(tokens).encode())]
+
+
+async def _look_at_body(response: UpstreamResponse, session: RecallSession) -> _Looked:
+    decoder = Decoder.of(response.headers)
+    raw = await response.read()
+    await response.aclose()
+    held = BufferedResponse(response.status, response.headers, raw)
+    if not decoder.readable:
+        return _Looked(held)
+    decoded = decoder.decode(raw)
+    return _Looked(held, session.shape.read(decoded), decoded)
+
+
+async def _look_at_stream(response: UpstreamResponse, session: RecallSession) -> _Looked:
+    decoder = Decoder.of(response.headers)
+    if not decoder.readable:
+        return _Looked(response)
+    chunks = response.iter_raw()
+    raw = bytearray()
+    text = b""
+    events: list[dict[str, Any]] = []
+    tool = False
+    async for chunk in chunks:
+        raw += chunk
+        text += decoder.decode(chunk)
+        *complete, text = _EVENT_END.split(text)
+        for event in complete:
+            data = _data_of(event)
+            if data is None:
+                continue
+            events.append(data)
+            if not tool:
+                kind = session.shape.classify(data)
+                if kind == TEXT:
+                    return _Looked(PrefixedResponse(response, bytes(raw), chunks))
+                tool = kind == TOOL
+        if not tool and len(raw) > _MAX_HELD_BYTES:
+            return _Looked(PrefixedResponse(response, bytes(raw), chunks))
+    await response.aclose()
+    if text.strip() and (data := _data_of(text)) is not None:
+        events.append(data)
+    held = BufferedResponse(response.status, response.headers, bytes(raw))
+    reply = session.shape.read_stream(events) if tool else None
+    return _Looked(held, reply, _usage_events(events))
+
+
+def _data_of(event: bytes) -> dict[str, Any] | None:
+    """The JSON object of one SSE event's ``data:`` lines, or None ([DONE], comments)."""
+    lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
+    if not lines:
+        return None
+    try:
+        data = json.loads(b"\n".join(lines))
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _usage_events(events: list[dict[str, Any]]) -> bytes:
+    """A stream's events as SSE text again, for the usage reader (only those with usage)."""
+    kept = [e for e in events if _has_usage(e)]
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in kept)
+
+
+def _has_usage(event: dict[str, Any]) -> bool:
+    if event.get("usage"):
+        return True
+    inner = event.get("response") or event.get("message")
+    return isinstance(inner, dict) and bool(inner.get("usage"))
+
+
+def _with_usage_added(
+    final: UpstreamResponse, decoded: bytes, tails: list[bytes]
+) -> UpstreamResponse:
+    """The final whole answer with each round's ``usage`` numbers added to its own (top-level
+    integer fields: prompt/input, completion/output, total)."""
+    try:
+        body = json.loads(decoded)
+        usage = body["usage"]
+        rounds = [json.loads(t)["usage"] for t in tails]
+    except (ValueError, KeyError, TypeError):
+        return final
+    if not isinstance(usage, dict):
+        return final
+    for extra in rounds:
+        for key, value in (extra or {}).items():
+            if isinstance(value, int) and isinstance(usage.get(key), int):
+                usage[key] += value
+    data = json.dumps(body, ensure_ascii=False).encode()
+    drop = {b"content-length", b"content-encoding"}
+    headers = [(k, v) for k, v in final.headers if k.lower() not in drop]
+    headers.append((b"content-length", str(len(data)).encode()))
+    return BufferedResponse(final.status, headers, data)
