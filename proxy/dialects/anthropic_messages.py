@@ -37,6 +37,7 @@ from proxy import wirejson
 from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
+from proxy.dialects.anthropic_recall import ANTHROPIC_RECALL
 from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.errors import InvalidRequest, ProxyError
@@ -297,6 +298,7 @@ class AnthropicMessages:
     name = "messages"
     history_field = "messages"
     cache_key_field = None  # Anthropic caches at cache_control breakpoints (see render)
+    recall = ANTHROPIC_RECALL  # the recall tool in this dialect's shape (issue 20)
     records = False
 
     def parse(self, raw: bytes) -> dict[str, Any]:
