@@ -33,6 +33,7 @@ from proxy.ops.admin.routes import admin_app
 from proxy.ops.export.exporter import Exporter, export_events, open_sinks
 from proxy.ops.hooks import Hooks
 from proxy.ops.metrics import Metrics, counter_family, gauge_family, model_families
+from proxy.ops.recall_metrics import RecallMetrics
 from proxy.ops.recorder import Recorder
 from proxy.proxying.routes import CompactedRoute, PassThrough, Resources
 from proxy.proxying.targets import targets
@@ -62,6 +63,7 @@ def create_app(
     # What the routes and compaction tell operator features (metrics, hooks, export, recorder).
     listeners = Listeners()
     metrics.subscribe(listeners)
+    RecallMetrics(metrics.registry).subscribe(listeners)  # issue 20
     counter = counter or TokenCounter(settings.model_table())
     tokenizer: list[asyncio.Future[bool]] = []  # the start-up load, for /readyz
     tenancy = store.tenancy if store is not None else Tenancy.from_settings(settings.store)

@@ -9,6 +9,8 @@ import re
 import threading
 import time
 
+import httpx
+
 from tests.support.clients import openai_client
 from tests.support.config import summarizing
 from tests.support.provider import SYSTEM, take_turn
@@ -159,3 +161,17 @@ def test_a_streamed_text_reply_is_relayed_before_the_provider_finishes(mock, sta
     # The provider paused 2 s after its first text: the client had it before the pause ended.
     assert mock.chunk_times[-1] - got_first > 1.0
     assert rest
+
+
+def test_recall_is_counted_on_metrics_and_the_originals_are_in_the_store(mock, start_proxy):
+    RecallProvider(mock)
+    server = start_proxy(summarizing(mock.url, policy=CLEARING))
+    client = openai_client(server, "recall-metrics")
+    history = _cleared_history(client)
+    history.append({"role": "user", "content": f"RECALL {SECRET}"})
+    client.chat.completions.create(model="gpt-4o", messages=history)
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert re.search(r'^proxy_recall_calls_total\{outcome="found"\} 2\.0$', metrics, re.M), metrics
+    assert re.search(r"^proxy_recall_rounds_total 1\.0$", metrics, re.M)
+    assert re.search(r"^proxy_recall_tokens_total 15\.0$", metrics, re.M)
+    assert re.search(r"^proxy_recall_originals_kept_total [1-9]", metrics, re.M)
