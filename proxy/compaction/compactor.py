@@ -93,6 +93,7 @@ class Compactor:
             originals=store.originals,
             tenancy=tenancy,
             listeners=listeners,
+            counter=counter,
             spending=self.spending,
         )
         self._rewriter = Rewriter(

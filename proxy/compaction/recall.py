@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, Protocol
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.pending import PendingWrites
@@ -26,9 +27,12 @@ from proxy.compaction.recall_notes import Piece, annotate
 from proxy.compaction.spending import Spending, read_usage
 from proxy.config.recall import RecallSettings
 from proxy.core.planner import Plan
+from proxy.core.tokens import TokenCounter
+from proxy.economics.usage import BilledUsage
 from proxy.events import Listeners
 from proxy.state.originals import UNAVAILABLE, Originals
 from proxy.state.tenancy import Tenancy
+from proxy.types import RawHeaders
 
 _KNOWN_KEPT = 4096  # (conversation, handle) pairs this process knows are stored already
 _QUERY_CONTEXT_LINES = 3
@@ -45,9 +49,11 @@ class Recall:
         originals: Originals,
         tenancy: Tenancy,
         listeners: Listeners,
+        counter: TokenCounter,
         spending: Spending | None = None,
     ) -> None:
         self.settings = settings
+        self._counter = counter
         self._originals = originals
         self._tenancy = tenancy
         self._listeners = listeners
@@ -62,16 +68,24 @@ class Recall:
         if not self.settings.enabled or shape is None:
             return plan, None
         salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
-        notes = annotate(plan, salt=salt, settings=self.settings)
+        notes = annotate(
+            plan,
+            salt=salt,
+            settings=self.settings,
+            count=partial(self._counter.count_text, model=conv.model),
+        )
         if not notes.pieces:
             return plan, None
         self._keep(conv, notes.pieces)
         name, description = self.settings.tool_name, self.settings.description
-        if shape.offer(conv.body, name, description) is None:
+        offered = shape.offer({}, name, description)
+        if offered is None or shape.offer(conv.body, name, description) is None:
             return notes.plan, None  # the client's own tool of that name, or no tools allowed
         self._listeners.emit(RecallOffered(len(notes.pieces)))
-        session = RecallSession(self, conv, shape, notes.pieces, plan=notes.plan)
-        return notes.plan, session
+        # The tool's schema is part of the prompt too.
+        tool = self._counter.count_tools(offered.get("tools"), conv.model)
+        sent = replace(notes.plan, tokens_after=notes.plan.tokens_after + tool)
+        return sent, RecallSession(self, conv, shape, notes.pieces, plan=sent)
 
     def _keep(self, conv: Conversation, pieces: dict[str, Piece]) -> None:
         """Store the pieces this process has not stored yet, after the answer (never waited)."""
@@ -156,20 +170,54 @@ class RecallSession:
     def _count(self, outcome: str) -> None:
         self.recall._listeners.emit(RecallAnswered(outcome))
 
-    def finished(self, rounds: int, round_tails: list[bytes]) -> int:
-        """The rounds are over: price each round's answer into the ledger, tell the metrics;
-        the tokens the rounds were billed (prompt and completion)."""
+    def finished(self, rounds: int, round_tails: list[bytes], *, price: bool) -> int:
+        """The rounds are over: tell the metrics and, with ``price`` (their usage is not in the
+        final answer's), price each round's answer into the ledger; the tokens the rounds were
+        billed (prompt and completion)."""
         tokens = 0
         for tail in round_tails:
             usage = read_usage(self.conv.route, tail)
             if usage is None:
                 continue
             tokens += usage.prompt + usage.output
-            if self.recall._spending is not None:
-                self.recall._spending.answered(self.conv, self.plan, usage)
+            if price:
+                self._price(usage)
         if rounds:
             self.recall._listeners.emit(RecallRounds(rounds, tokens))
         return tokens
+
+    def _price(self, usage: BilledUsage) -> None:
+        if self.recall._spending is not None:
+            self.recall._spending.answered(self.conv, self.plan, usage)
+
+    def after_rounds(self, inner: _Answered | None) -> _AfterRounds:
+        """The follow-up of an answer that came after recall rounds: it prices the answer but
+        learns nothing from it (its prompt is not the one planned, so no calibration sample)."""
+        return _AfterRounds(self, inner)
+
+
+class _Answered(Protocol):
+    def answered(self) -> None: ...
+
+
+class _AfterRounds:
+    """A ``proxy.compaction.decision.FollowUp`` (not imported: the decision names this module)."""
+
+    def __init__(self, session: RecallSession, inner: _Answered | None) -> None:
+        self._session = session
+        self._inner = inner
+
+    def observe(self, status: int, headers: RawHeaders, tail: bytes) -> None:
+        usage = read_usage(self._session.conv.route, tail) if status == 200 else None
+        if usage is not None:
+            self._session._price(usage)
+
+    async def replacement(self) -> None:
+        return None
+
+    def answered(self) -> None:
+        if self._inner is not None:
+            self._inner.answered()
 
 
 def matching_lines(text: str, query: str) -> str:

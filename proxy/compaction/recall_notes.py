@@ -16,6 +16,7 @@ import base64
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,7 +28,7 @@ from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
 _STUB = re.compile(r"^\[tool result cleared to save context: (\d+) tokens\]$")
 _ARGS_CHARS = 60  # a call's arguments, in brief, in a stub or an index line
 _TURN_PREVIEW_CHARS = 50
-_INDEX_MAX_CHARS = 3000  # the index stays short whatever index_entries says
+_INDEX_MAX_CHARS = 2000  # the index stays short (~500 tokens) whatever index_entries says
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,12 @@ def handle_of(salt: str, kind: str, text: str) -> str:
     return "r" + base64.b32encode(digest).decode().lower()[:10]
 
 
-def annotate(plan: Plan, *, salt: str, settings: RecallSettings) -> Notes:
+def annotate(
+    plan: Plan, *, salt: str, settings: RecallSettings, count: Callable[[str], int]
+) -> Notes:
     """``plan`` with its stubs naming their handles and its summary ending with an index; the
-    pieces they name. A plan that removed nothing comes back as it is, with no pieces."""
+    pieces they name. ``count``: a text's tokens, to keep ``tokens_after`` true to what is sent.
+    A plan that removed nothing comes back as it is, with no pieces."""
     if not plan.changed or (not plan.cleared and plan.summary_text is None):
         return Notes(plan, {})
     source = plan.source
@@ -90,7 +94,12 @@ def annotate(plan: Plan, *, salt: str, settings: RecallSettings) -> Notes:
             messages[at] = {**messages[at], "content": f"{head}\n\n{index}\n{CLOSE_TAG}"}
     if not pieces:
         return Notes(plan, {})
-    return Notes(replace(plan, messages=messages), pieces)
+    added = sum(
+        count(new["content"]) - count(old["content"])
+        for old, new in zip(plan.messages, messages, strict=True)
+        if old is not new
+    )
+    return Notes(replace(plan, messages=messages, tokens_after=plan.tokens_after + added), pieces)
 
 
 def _stub_text(piece: Piece, tokens: int) -> str:

@@ -161,17 +161,22 @@ async def _with_recalls(answer: _Answer, request: _Request) -> _Answer:
     with the headers that count the rounds."""
     decision = answer.decision
     assert decision.recall is not None and isinstance(decision.body, bytes)
-    response, added = await recall_rounds(
+    session = decision.recall
+    rounds = await recall_rounds(
         answer.response,
-        decision.recall,
+        session,
         sent=decision.body,
         streaming=decision.streaming,
         send=request.send,
     )
-    if not added:
-        return _Answer(response, decision, answer.observed)
-    headers = [*decision.response_headers, *added]
-    return _Answer(response, replace(decision, response_headers=headers), answer.observed)
+    if not rounds.headers:
+        return _Answer(rounds.response, decision, answer.observed)
+    final = replace(
+        decision,
+        response_headers=[*decision.response_headers, *rounds.headers],
+        follow_up=session.after_rounds(decision.follow_up),
+    )
+    return _Answer(rounds.response, final, answer.observed)
 
 
 def _answered(answer: _Answer, tail: ResponseTail | None) -> None:

@@ -53,6 +53,16 @@ class _Looked:
     decoded: bytes = b""
 
 
+@dataclass(frozen=True)
+class Rounds:
+    """The answer to relay, the headers to add to it (none: no round ran), and whether its usage
+    holds the rounds' usage too (then it is priced as a whole)."""
+
+    response: UpstreamResponse
+    headers: RawHeaders
+    summed: bool
+
+
 async def recall_rounds(
     response: UpstreamResponse,
     session: RecallSession,
@@ -60,8 +70,8 @@ async def recall_rounds(
     sent: bytes,
     streaming: bool,
     send: Send,
-) -> tuple[UpstreamResponse, RawHeaders]:
-    """The answer to relay to the client, and the headers to add to it."""
+) -> Rounds:
+    """Answer the model's recall calls until its reply is final (see the module docstring)."""
     settings = session.settings
     deadline = time.monotonic() + settings.timeout_seconds
     rounds = 0
@@ -87,13 +97,16 @@ async def recall_rounds(
         assert reply is not None
         body = session.shape.ask_again(body, reply, answers, name=session.tool_name, last=last)
         response = await send(wirejson.encode(body))
-    tokens = session.finished(rounds, tails)
     if not rounds:
-        return looked.response, []
+        session.finished(0, [], price=False)
+        return Rounds(looked.response, [], summed=False)
     final = looked.response
+    summed = False
     if not streaming and final.status == 200 and looked.decoded:
-        final = _with_usage_added(final, looked.decoded, tails)
-    return final, [(RECALLS, str(rounds).encode()), (RECALL_TOKENS, str(tokens).encode())]
+        final, summed = _with_usage_added(final, looked.decoded, tails)
+    tokens = session.finished(rounds, tails, price=not summed)
+    headers = [(RECALLS, str(rounds).encode()), (RECALL_TOKENS, str(tokens).encode())]
+    return Rounds(final, headers, summed=summed)
 
 
 async def _look_at_body(response: UpstreamResponse, session: RecallSession) -> _Looked:
@@ -167,7 +180,7 @@ def _has_usage(event: dict[str, Any]) -> bool:
 
 def _with_usage_added(
     final: UpstreamResponse, decoded: bytes, tails: list[bytes]
-) -> UpstreamResponse:
+) -> tuple[UpstreamResponse, bool]:
     """The final whole answer with each round's ``usage`` numbers added to its own (top-level
     integer fields: prompt/input, completion/output, total)."""
     try:
@@ -175,9 +188,9 @@ def _with_usage_added(
         usage = body["usage"]
         rounds = [json.loads(t)["usage"] for t in tails]
     except (ValueError, KeyError, TypeError):
-        return final
+        return final, False
     if not isinstance(usage, dict):
-        return final
+        return final, False
     for extra in rounds:
         for key, value in (extra or {}).items():
             if isinstance(value, int) and isinstance(usage.get(key), int):
@@ -186,4 +199,4 @@ def _with_usage_added(
     drop = {b"content-length", b"content-encoding"}
     headers = [(k, v) for k, v in final.headers if k.lower() not in drop]
     headers.append((b"content-length", str(len(data)).encode()))
-    return BufferedResponse(final.status, headers, data)
+    return BufferedResponse(final.status, headers, data), True
