@@ -23,7 +23,7 @@ from proxy.compaction.recall_events import (
     RecallOffered,
     RecallRounds,
 )
-from proxy.compaction.recall_notes import Piece, annotate
+from proxy.compaction.recall_notes import TRUNCATED, Piece, annotate
 from proxy.compaction.spending import Spending, read_usage
 from proxy.config.recall import RecallSettings
 from proxy.core.planner import Plan
@@ -36,7 +36,6 @@ from proxy.types import RawHeaders
 
 _KNOWN_KEPT = 4096  # (conversation, handle) pairs this process knows are stored already
 _QUERY_CONTEXT_LINES = 3
-_CUT = "\n[recall truncated: ask again with a query to see a part]"
 
 
 class Recall:
@@ -247,4 +246,4 @@ def _capped(text: str, max_bytes: int) -> str:
     encoded = text.encode("utf-8", "surrogatepass")
     if len(encoded) <= max_bytes:
         return text
-    return encoded[: max_bytes - len(_CUT)].decode("utf-8", "ignore") + _CUT
+    return encoded[: max_bytes - len(TRUNCATED)].decode("utf-8", "ignore") + TRUNCATED

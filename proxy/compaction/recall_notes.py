@@ -1,9 +1,8 @@
 """What a plan removed, named so the model can fetch it back (issue 20, docs/recall.md).
 
 Two kinds of piece are kept: a tool result the plan cleared (its stub now names its handle and
-what it was) and, under a summary, every turn the summary covers (the turn's messages as a plain
-transcript) and every tool result in it. The summary message ends with a short index of those
-handles. A handle is a keyed hash of the piece within its conversation (``Tenancy.recall_salt``):
+what it was) and, under a summary, what the summary covers, as a plain transcript cut into
+segments one recall returns whole. The summary message ends with a short index of the segments. A handle is a keyed hash of the piece within its conversation (``Tenancy.recall_salt``):
 the same piece always gets the same handle there, so the prompt's bytes stay stable across turns
 (the provider's cache), and the same piece in another conversation gets another one.
 
@@ -21,13 +20,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.config.recall import RecallSettings
-from proxy.core.interactions import group
 from proxy.core.planner import Plan
 from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
 
 _STUB = re.compile(r"^\[tool result cleared to save context: (\d+) tokens\]$")
 _ARGS_CHARS = 60  # a call's arguments, in brief, in a stub or an index line
-_TURN_PREVIEW_CHARS = 50
+TRUNCATED = "\n[recall truncated: ask again with a query to see a part]"
 _INDEX_MAX_CHARS = 2000  # the index stays short (~500 tokens) whatever index_entries says
 
 
@@ -83,7 +81,7 @@ def annotate(
         pieces[piece.handle] = piece
         messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
     if plan.summary_text is not None:
-        covered = _covered_pieces(salt, plan, calls)
+        covered = _covered_pieces(salt, plan, settings)
         for piece in covered:
             pieces.setdefault(piece.handle, piece)
         at = _summary_at(messages)
@@ -165,33 +163,62 @@ def _tool_piece(salt: str, result: dict[str, Any], calls: dict[str, tuple[str, s
     return Piece(handle_of(salt, "tool:" + call_id, text), label, text)
 
 
-def _covered_pieces(salt: str, plan: Plan, calls: dict[str, tuple[str, str]]) -> list[Piece]:
-    """Under a summary: each covered turn as a transcript, then each tool result in it."""
+def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings) -> list[Piece]:
+    """Under a summary: what it covers, as a transcript packed oldest first into segments of at
+    most ``max_result_bytes`` (one recall returns a whole segment). Packing from the start is
+    stable: a later summary covering more keeps the earlier segments, handles and all."""
     start, end = plan.grouping.preamble_len, plan.cut
-    covered = plan.source[start:end]
+    calls = _calls_by_id(plan.source)
+    limit = settings.max_result_bytes - len(TRUNCATED)
     pieces: list[Piece] = []
-    grouping = group(covered)
-    for k in range(len(grouping)):
-        a, b = grouping.span(k)
-        turn = covered[a:b]
-        text = "\n".join(_line(m, calls) for m in turn)
-        first = next((text_of(m.get("content")) for m in turn if m.get("role") == "user"), "")
-        preview = " ".join(first.split())[:_TURN_PREVIEW_CHARS]
-        label = f'turn "{preview}"' if preview else "turn"
-        pieces.append(Piece(handle_of(salt, "turn", text), label, text))
-        for message in turn:
-            if message.get("role") in ("tool", "function"):
-                pieces.append(_tool_piece(salt, message, calls))
+    lines: list[str] = []
+    names: list[str] = []
+    size = 0
+    first = start
+
+    def close(last: int) -> None:
+        text = "\n".join(lines)
+        label = f"messages {first - start + 1}-{last - start}"
+        if names:
+            listed = ", ".join(dict.fromkeys(names))
+            label += ": " + (
+                listed if len(listed) <= _ARGS_CHARS else listed[: _ARGS_CHARS - 1] + "…"
+            )
+        pieces.append(Piece(handle_of(salt, "segment", text), label, text))
+
+    for n in range(start, end):
+        line = _line(plan.source[n], calls)
+        grow = len(line.encode("utf-8", "surrogatepass")) + 1
+        if lines and size + grow > limit:
+            close(n)
+            lines, names, size, first = [], [], 0, n
+        lines.append(line)
+        names.extend(_names(plan.source[n], calls))
+        size += grow
+    if lines:
+        close(end)
     return pieces
+
+
+def _names(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> list[str]:
+    """The tools a message called, as "name args" in brief."""
+    found = []
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, dict):
+            name, args = calls.get(str(call.get("id")), ("tool", ""))
+            found.append(f"{name} {args}".strip())
+    return found
 
 
 def _line(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> str:
     role = str(message.get("role"))
     text = text_of(message.get("content"))
+    if role in ("tool", "function"):
+        name, args = calls.get(str(message.get("tool_call_id")), ("tool", ""))
+        return f"tool output of {name} {args}: {text}"
     for call in message.get("tool_calls") or ():
-        if isinstance(call, dict):
-            name, args = calls.get(str(call.get("id")), ("tool", ""))
-            text += f"\n[calls {name} {args}]"
+        function = call.get("function") or {} if isinstance(call, dict) else {}
+        text += f"\n[calls {function.get('name')} {function.get('arguments')}]"
     return f"{role}: {text}"
 
 

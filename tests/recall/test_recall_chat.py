@@ -175,3 +175,35 @@ def test_recall_is_counted_on_metrics_and_the_originals_are_in_the_store(mock, s
     assert re.search(r"^proxy_recall_rounds_total 1\.0$", metrics, re.M)
     assert re.search(r"^proxy_recall_tokens_total 15\.0$", metrics, re.M)
     assert re.search(r"^proxy_recall_originals_kept_total [1-9]", metrics, re.M)
+
+
+SUMMARIZING = {
+    "strategy": "summarize",
+    "trigger": {"context_fraction": 0, "interactions": 4},
+    "keep": {"interactions": 1},
+}
+
+
+def test_a_summarized_turn_is_listed_in_the_summary_index_and_recalled(mock, start_proxy):
+    provider = RecallProvider(mock)
+    server = start_proxy(summarizing(mock.url, policy=SUMMARIZING))
+    client = openai_client(server, "recall-summary")
+    history = [SYSTEM]
+    take_turn(client, history, "Remember: the deploy word is periwinkle, keep it.")
+    for turn in range(1, 6):
+        take_turn(client, history, f"Question {turn}: and then?")
+    history.append({"role": "user", "content": "RECALL periwinkle"})
+    before = len(provider.chat_requests())
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history)
+
+    assert (
+        raw.parse().choices[0].message.content
+        == "found: user: Remember: the deploy word is periwinkle, keep it."
+    )
+    assert raw.headers["x-compaction"] == "applied" and raw.headers["x-compaction-recalls"] == "1"
+    asked = provider.chat_requests()[before]
+    summary = asked["messages"][1]["content"]
+    assert summary.startswith("<agent_summary>") and summary.endswith("</agent_summary>")
+    assert "periwinkle" not in json.dumps(asked["messages"])  # summarized away ...
+    index = re.findall(r"^- (r[a-z2-7]{10}): messages 1-\d+, [\d,]+ chars$", summary, re.M)
+    assert index, summary  # ... and listed in the summary's recall index
