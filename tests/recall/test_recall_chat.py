@@ -204,6 +204,6 @@ def test_a_summarized_turn_is_listed_in_the_summary_index_and_recalled(mock, sta
     asked = provider.chat_requests()[before]
     summary = asked["messages"][1]["content"]
     assert summary.startswith("<agent_summary>") and summary.endswith("</agent_summary>")
-    assert "periwinkle" not in json.dumps(asked["messages"])  # summarized away ...
+    assert "word is periwinkle" not in json.dumps(asked["messages"])  # summarized away ...
     index = re.findall(r"^- (r[a-z2-7]{10}): messages 1-\d+, [\d,]+ chars$", summary, re.M)
     assert index, summary  # ... and listed in the summary's recall index
