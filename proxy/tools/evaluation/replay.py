@@ -21,7 +21,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,13 +81,16 @@ class _CannedResponse:
 
 class RecordingUpstream:
     """An ``UpstreamClient`` that keeps the last body the proxy would have sent, and answers
-    every request with a canned completion."""
+    every request with a canned completion; once ``live`` is set, it sends to that instead."""
 
     def __init__(self) -> None:
         self.last: dict[str, Any] | None = None
         self.sent = 0
+        self.live: Any = None  # an UpstreamClient: the model under test (eval --recall)
 
     async def send(self, method: str, url: str, headers: RawHeaders, body: Body) -> Any:
+        if self.live is not None:
+            return await self.live.send(method, url, headers, body)
         if isinstance(body, bytes):
             data = body
         elif body is None:
@@ -113,6 +116,15 @@ class Replayed:
     summarizer_input_tokens: int
     summarizer_output_tokens: int
     summarizer_calls: int
+    after: Any = None  # what ``then`` returned (eval --recall: the probes asked through it)
+
+
+@dataclass(frozen=True)
+class Then:
+    """What to do with a replayed app before it closes (see ``replay``)."""
+
+    live: Any  # the UpstreamClient the app sends to from then on
+    ask: Callable[[httpx.AsyncClient, dict[str, str]], Awaitable[Any]]
 
 
 def eval_settings(settings: Settings, *, model: str, context_window: int | None) -> Settings:
@@ -141,8 +153,11 @@ async def replay(
     model: str,
     authorization: str | None,
     on_request: Callable[[], None] = lambda: None,
+    then: Then | None = None,
 ) -> Replayed:
-    """Send ``transcript`` through a fresh app built from ``settings`` (see ``eval_settings``)."""
+    """Send ``transcript`` through a fresh app built from ``settings`` (see ``eval_settings``).
+    ``then``: once replayed, the app's upstream goes live (``then.live``) and ``then.ask`` is
+    called with a client of the app and the replay's headers."""
     recorder = RecordingUpstream()
     app = create_app(settings, upstream=recorder)
     conversation = _UNSAFE_ID.sub("-", f"eval-{transcript.name}-{policy or 'routed'}")[:128]
@@ -174,7 +189,11 @@ async def replay(
             await _settle(client, settings.summarizer.timeout_seconds * 2)
             on_request()
         metrics = await _metrics(client)
-    sent = (recorder.last or {}).get("messages") or []
+        sent = (recorder.last or {}).get("messages") or []
+        after = None
+        if then is not None:
+            recorder.live = then.live
+            after = await then.ask(client, headers)
     if not sent or sent[-1] != placeholder:
         raise EvaluationError(f"the proxy did not keep the newest message of {transcript.name}")
     return Replayed(
@@ -184,6 +203,7 @@ async def replay(
         summarizer_input_tokens=int(metrics.get(("proxy_summarizer_tokens_total", "input"), 0)),
         summarizer_output_tokens=int(metrics.get(("proxy_summarizer_tokens_total", "output"), 0)),
         summarizer_calls=int(metrics.get(("proxy_summarizer_calls_total", "ok"), 0)),
+        after=after,
     )
 
 
