@@ -32,6 +32,17 @@ class ModelReply:
     turn: Sequence[Any] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class Answered:
+    """A reply's recall calls answered: ``answers`` maps each call id to its tool result; the
+    calls named ``name`` are the recall's; ``last``: the next reply must not call a tool."""
+
+    reply: ModelReply
+    answers: Mapping[str, str]
+    name: str
+    last: bool
+
+
 class RecallShape(Protocol):
     """One dialect's side of the recall tool."""
 
@@ -48,15 +59,6 @@ class RecallShape(Protocol):
     def read_stream(self, events: Sequence[Mapping[str, Any]]) -> ModelReply | None:
         """A streamed reply from its parsed events."""
 
-    def ask_again(
-        self,
-        body: dict[str, Any],
-        reply: ModelReply,
-        answers: Mapping[str, str],
-        *,
-        name: str,
-        last: bool,
-    ) -> dict[str, Any]:
-        """``body`` followed by the assistant's recall calls (only those named ``name``: the
-        model calls its client tools again once it has what it recalled) and their ``answers``
-        (call id -> text); ``last``: the next reply must not call a tool."""
+    def ask_again(self, body: dict[str, Any], answered: Answered) -> dict[str, Any]:
+        """``body`` followed by the assistant's recall calls (only those: the model calls its
+        client tools again once it has what it recalled) and their results."""

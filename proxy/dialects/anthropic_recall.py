@@ -8,17 +8,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, ModelReply, ToolCall
-from proxy.dialects.chat_recall import declared_names, forbids_tools, recall_parameters
+from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, Answered, ModelReply, ToolCall
+from proxy.dialects.chat_recall import recall_parameters, with_tool
 
 
 class AnthropicRecall:
     def offer(self, body: dict[str, Any], name: str, description: str) -> dict[str, Any] | None:
-        tools = body.get("tools")
-        if forbids_tools(body.get("tool_choice")) or name in declared_names(tools):
-            return None
         tool = {"name": name, "description": description, "input_schema": recall_parameters()}
-        return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+        return with_tool(body, name, tool)
 
     def read(self, data: bytes) -> ModelReply | None:
         try:
@@ -61,15 +58,8 @@ class AnthropicRecall:
                 blocks[index]["input"] = {}
         return _reply([blocks[i] for i in sorted(blocks)])
 
-    def ask_again(
-        self,
-        body: dict[str, Any],
-        reply: ModelReply,
-        answers: Mapping[str, str],
-        *,
-        name: str,
-        last: bool,
-    ) -> dict[str, Any]:
+    def ask_again(self, body: dict[str, Any], answered: Answered) -> dict[str, Any]:
+        reply, answers, name = answered.reply, answered.answers, answered.name
         # Thinking and text stay with the calls they led to; the client's own calls go (the
         # model makes them again once it has what it recalled).
         turn = [
@@ -87,7 +77,7 @@ class AnthropicRecall:
             {"role": "user", "content": results},
         ]
         again = {**body, "messages": messages}
-        if last:
+        if answered.last:
             again["tool_choice"] = {"type": "none"}
         return again
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, ModelReply, ToolCall
+from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, Answered, ModelReply, ToolCall
 
 
 def recall_parameters() -> dict[str, Any]:
@@ -48,20 +48,19 @@ def declared_names(tools: object) -> set[str]:
     return names
 
 
+def with_tool(body: dict[str, Any], name: str, tool: dict[str, Any]) -> dict[str, Any] | None:
+    """``body`` with ``tool`` (named ``name``) after its own tools, or None when the client
+    declared a tool of that name or its tool_choice forbids tools."""
+    tools = body.get("tools")
+    if forbids_tools(body.get("tool_choice")) or name in declared_names(tools):
+        return None
+    return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+
+
 class ChatRecall:
     def offer(self, body: dict[str, Any], name: str, description: str) -> dict[str, Any] | None:
-        tools = body.get("tools")
-        if forbids_tools(body.get("tool_choice")) or name in declared_names(tools):
-            return None
-        tool = {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": description,
-                "parameters": recall_parameters(),
-            },
-        }
-        return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+        function = {"name": name, "description": description, "parameters": recall_parameters()}
+        return with_tool(body, name, {"type": "function", "function": function})
 
     def read(self, data: bytes) -> ModelReply | None:
         try:
@@ -112,15 +111,8 @@ class ChatRecall:
         }
         return ModelReply(_calls(tool_calls), (message,))
 
-    def ask_again(
-        self,
-        body: dict[str, Any],
-        reply: ModelReply,
-        answers: Mapping[str, str],
-        *,
-        name: str,
-        last: bool,
-    ) -> dict[str, Any]:
+    def ask_again(self, body: dict[str, Any], answered: Answered) -> dict[str, Any]:
+        reply, answers, name = answered.reply, answered.answers, answered.name
         message = dict(reply.turn[0]) if reply.turn else {"role": "assistant", "content": None}
         message["tool_calls"] = [
             c
@@ -132,7 +124,7 @@ class ChatRecall:
             for call_id, text in answers.items()
         ]
         again = {**body, "messages": [*body["messages"], message, *results]}
-        if last:
+        if answered.last:
             again["tool_choice"] = "none"
         return again
 

@@ -9,22 +9,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, ModelReply, ToolCall
-from proxy.dialects.chat_recall import declared_names, forbids_tools, recall_parameters
+from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, Answered, ModelReply, ToolCall
+from proxy.dialects.chat_recall import recall_parameters, with_tool
 
 
 class ResponsesRecall:
     def offer(self, body: dict[str, Any], name: str, description: str) -> dict[str, Any] | None:
-        tools = body.get("tools")
-        if forbids_tools(body.get("tool_choice")) or name in declared_names(tools):
-            return None
-        tool = {
-            "type": "function",
-            "name": name,
-            "description": description,
-            "parameters": recall_parameters(),
-        }
-        return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+        tool = {"name": name, "description": description, "parameters": recall_parameters()}
+        return with_tool(body, name, {"type": "function", **tool})
 
     def read(self, data: bytes) -> ModelReply | None:
         try:
@@ -49,15 +41,8 @@ class ResponsesRecall:
                 return _reply(output) if isinstance(output, list) else None
         return None
 
-    def ask_again(
-        self,
-        body: dict[str, Any],
-        reply: ModelReply,
-        answers: Mapping[str, str],
-        *,
-        name: str,
-        last: bool,
-    ) -> dict[str, Any]:
+    def ask_again(self, body: dict[str, Any], answered: Answered) -> dict[str, Any]:
+        reply, answers, name = answered.reply, answered.answers, answered.name
         given = body.get("input")
         items = (
             [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
@@ -75,7 +60,7 @@ class ResponsesRecall:
             for call_id, text in answers.items()
         ]
         again = {**body, "input": [*items, *turn, *results]}
-        if last:
+        if answered.last:
             again["tool_choice"] = "none"
         return again
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from proxy import wirejson
 from proxy.compaction.recall import RecallSession
-from proxy.compaction.recall_contract import TEXT, TOOL, ModelReply
+from proxy.compaction.recall_contract import TEXT, TOOL, Answered, ModelReply
 from proxy.proxying.responses import BufferedResponse, PrefixedResponse
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
@@ -95,7 +95,8 @@ async def recall_rounds(
             body = wirejson.parse(sent)
         last = rounds >= settings.max_rounds or time.monotonic() >= deadline
         assert reply is not None
-        body = session.shape.ask_again(body, reply, answers, name=session.tool_name, last=last)
+        answered = Answered(reply, answers, session.tool_name, last)
+        body = session.shape.ask_again(body, answered)
         response = await send(wirejson.encode(body))
     if not rounds:
         session.finished(0, [], price=False)

@@ -12,22 +12,13 @@ The request path never sees a failure: ``keep`` answers None, ``find`` answers `
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
-import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.errors import StoreError
-from proxy.state.resilient import ResilientBackend
-from proxy.state.sealing import Sealer, SealError
+from proxy.state.owned import OwnedValues
 from proxy.state.store.base import Backend
-from proxy.state.tenancy import Tenancy
 
-log = logging.getLogger("proxy.store.originals")
-
-_CAS_ATTEMPTS = 8
 _WRITE_TIMEOUT_FACTOR = 4
 UNAVAILABLE = object()  # the store could not answer: not the same as "not kept"
 
@@ -40,35 +31,18 @@ class Kept:
     evicted: int
 
 
-class Originals:
+class Originals(OwnedValues):
     """Per-conversation originals: kept by compare-and-set within a budget, found by handle."""
 
-    def __init__(
-        self, calls: ResilientBackend, *, tenancy: Tenancy, sealer: Sealer, ttl_ms: int
-    ) -> None:
-        self._calls = calls
-        self._tenancy = tenancy
-        self._sealer = sealer
-        self._ttl_ms = ttl_ms
+    field = "items"  # [[handle, text], ...], oldest first
 
-    def _open(self, key: str, owner: str, raw: bytes | None) -> dict[str, str]:
-        if raw is None:
-            return {}
-        try:
-            data = json.loads(self._sealer.open(raw, context=key.encode()))
-        except (SealError, ValueError) as exc:
-            log.warning("ignoring unreadable stored originals: %s", exc)
-            return {}
-        if not isinstance(data, Mapping) or data.get("owner") != owner:
-            return {}
-        items = data.get("items")
-        if not isinstance(items, list):
-            return {}
-        return {h: t for h, t in items if isinstance(h, str) and isinstance(t, str)}
-
-    def _seal(self, key: str, owner: str, items: Mapping[str, str]) -> bytes:
-        plain = json.dumps({"owner": owner, "items": list(items.items())}, separators=(",", ":"))
-        return self._sealer.seal(plain.encode(), context=key.encode())
+    def _items(self, key: str, owner: str, raw: bytes | None) -> dict[str, str]:
+        stored = self._open(key, owner, raw)
+        items: dict[str, str] = {}
+        for pair in stored if isinstance(stored, list) else ():
+            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(v, str) for v in pair):
+                items[pair[0]] = pair[1]
+        return items
 
     async def keep(
         self,
@@ -83,24 +57,19 @@ class Originals:
         key = self._tenancy.originals_key(tenant, conversation_id)
         owner = self._tenancy.owner(tenant, conversation_id)
 
-        async def write(backend: Backend) -> Kept | None:
-            for attempt in range(_CAS_ATTEMPTS):
-                raw = await backend.get(key)
-                items = self._open(key, owner, raw)
-                added = 0
-                for handle, text in pieces:
-                    if handle not in items:
-                        items[handle] = text
-                        added += 1
-                if not added:
-                    return Kept(0, 0)
-                evicted = _evict(items, budget_bytes)
-                sealed = self._seal(key, owner, items)
-                if await backend.compare_and_set(key, raw, sealed, ttl_ms=self._ttl_ms):
-                    return Kept(added, evicted)
-                await asyncio.sleep(random.uniform(0, min(0.001 * 2**attempt, 0.02)))
-            return None
+        def step(raw: bytes | None) -> tuple[bytes | None, Kept | None]:
+            items = self._items(key, owner, raw)
+            added = 0
+            for handle, text in pieces:
+                if handle not in items:
+                    items[handle] = text
+                    added += 1
+            if not added:
+                return None, Kept(0, 0)
+            evicted = _evict(items, budget_bytes)
+            return self._seal(key, owner, list(items.items())), Kept(added, evicted)
 
+        write = self._changing(key, step, otherwise=None)
         try:
             return await self._calls.call_or_fallback(write, factor=_WRITE_TIMEOUT_FACTOR)
         except StoreError:
@@ -114,7 +83,7 @@ class Originals:
             raw = await self._calls.call(lambda b: b.get(key))
         except StoreError:
             return UNAVAILABLE
-        return self._open(key, self._tenancy.owner(tenant, conversation_id), raw).get(handle)
+        return self._items(key, self._tenancy.owner(tenant, conversation_id), raw).get(handle)
 
     async def forget(self, backend: Backend, tenant: str, conversation_id: str) -> bool:
         """Delete the conversation's originals from ``backend`` (the store's delete)."""

@@ -25,9 +25,10 @@ import time
 
 from proxy import wirejson
 from proxy.compaction.recall import Recall
-from proxy.compaction.recall_contract import ToolCall
+from proxy.compaction.recall_contract import Answered, ToolCall
 from proxy.compaction.recall_notes import Piece
 from proxy.config.recall import RecallSettings
+from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_recall import CHAT_RECALL
 from proxy.events import Listeners
 from tests.support.clients import openai_client
@@ -35,14 +36,8 @@ from tests.support.config import summarizing
 from tests.support.mock_upstream import sse_chunks, sse_reply
 from tests.support.provider import SYSTEM, take_turn
 from tests.support.proxies import running_mock, running_proxies
-from tests.support.recall_provider import RecallProvider
+from tests.support.recall_provider import CLEARING, RecallProvider
 
-CLEARING = {
-    "strategy": "summarize",
-    "trigger": {"context_fraction": 0, "interactions": 100},
-    "keep": {"interactions": 2},
-    "clear_tool_results": {"older_than_interactions": 2},
-}
 BIG = "\n" + "a line of a file the agent read\n" * 80
 
 
@@ -98,7 +93,13 @@ def bench_round(requests: int) -> None:
     class Conv:
         tenant, conversation_id, route = "t", "c", "chat"
 
-    recall = Recall(RecallSettings(), originals=None, tenancy=None, listeners=Listeners())  # type: ignore[arg-type]
+    recall = Recall(
+        RecallSettings(),
+        originals=None,
+        tenancy=None,
+        listeners=Listeners(),
+        counter=TokenCounter(),
+    )  # type: ignore[arg-type]
     from proxy.compaction.recall import RecallSession
 
     session = RecallSession(
@@ -131,7 +132,7 @@ def bench_round(requests: int) -> None:
         assert reply is not None
         answers = {c.id: await session.answer(c) for c in reply.calls}
         body = CHAT_RECALL.ask_again(
-            wirejson.parse(sent), reply, answers, name="context_recall", last=False
+            wirejson.parse(sent), Answered(reply, answers, "context_recall", last=False)
         )
         wirejson.encode(body)
         return (time.perf_counter() - started) * 1000

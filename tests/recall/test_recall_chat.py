@@ -15,14 +15,8 @@ from tests.support.clients import openai_client
 from tests.support.config import summarizing
 from tests.support.provider import SYSTEM, take_turn
 from tests.support.recall_model import TOOL
-from tests.support.recall_provider import RecallProvider, recall_results
+from tests.support.recall_provider import CLEARING, RecallProvider, recall_results
 
-CLEARING = {
-    "strategy": "summarize",
-    "trigger": {"context_fraction": 0, "interactions": 100},  # no summary: only clearing
-    "keep": {"interactions": 2},
-    "clear_tool_results": {"older_than_interactions": 2},
-}
 SECRET = "SECRET-7731"
 BIG_RESULT = f"\nline 1 of the file\nthe token is {SECRET} here\n" + "filler line of a file\n" * 60
 

@@ -15,14 +15,8 @@ from tests.support.config import summarizing
 from tests.support.mock_upstream import Received, Reply, completion, json_reply
 from tests.support.provider import SYSTEM, take_turn
 from tests.support.recall_model import TOOL
-from tests.support.recall_provider import RecallProvider, recall_results
+from tests.support.recall_provider import CLEARING, RecallProvider, recall_results
 
-CLEARING = {
-    "strategy": "summarize",
-    "trigger": {"context_fraction": 0, "interactions": 100},
-    "keep": {"interactions": 2},
-    "clear_tool_results": {"older_than_interactions": 2},
-}
 SECRET = "SECRET-9090"
 BIG = f"\nthe id is {SECRET}\n" + "filler line of a file\n" * 60
 HANDLE = re.compile(r"recall id (r[a-z2-7]{10})")

@@ -16,14 +16,9 @@ from tests.support.clients import openai_client
 from tests.support.config import merged, summarizing
 from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
 from tests.support.recall_model import TOOL
+from tests.support.recall_provider import CLEARING
 from tests.support.sdk_clients import closed_after_test
 
-CLEARING = {
-    "strategy": "summarize",
-    "trigger": {"context_fraction": 0, "interactions": 100},
-    "keep": {"interactions": 2},
-    "clear_tool_results": {"older_than_interactions": 2},
-}
 SECRET = "SECRET-4242"
 BIG = f"header\nthe port is {SECRET}\n" + "a line of the config file\n" * 80
 HANDLE = re.compile(r"recall id (r[a-z2-7]{10})")

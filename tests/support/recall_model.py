@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tests.support.mock_upstream import chunk_event
+
 TOOL = "context_recall"
 HANDLE = re.compile(r"(?:recall id |^- )(r[a-z2-7]{10})\b", re.M)
 DONT_KNOW = "I don't know."
@@ -94,14 +96,7 @@ def chat_tool_stream(calls: list[dict[str, Any]], *, model: str = "mock-model") 
     """A streamed chat completion that only calls tools (each call's arguments in two deltas)."""
 
     def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        data = {
-            "id": "chatcmpl-mock",
-            "object": "chat.completion.chunk",
-            "created": 1_700_000_000,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-        return f"data: {json.dumps(data)}\n\n".encode()
+        return chunk_event(delta, finish, model=model)
 
     out = [event({"role": "assistant", "content": None})]
     for index, call in enumerate(calls):

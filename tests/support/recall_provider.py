@@ -22,6 +22,13 @@ from tests.support.recall_model import (
 )
 
 _ASK = re.compile(r"^RECALL (\S+)")
+# Old tool results stubbed (two interactions back), never a summary: what the recall tests use.
+CLEARING = {
+    "strategy": "summarize",
+    "trigger": {"context_fraction": 0, "interactions": 100},
+    "keep": {"interactions": 2},
+    "clear_tool_results": {"older_than_interactions": 2},
+}
 
 
 class RecallProvider(Provider):

@@ -11,7 +11,6 @@ instead of answering counts as no answer.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +18,7 @@ import httpx
 
 from proxy.errors import EvaluationError
 from proxy.tools.evaluation.probes import Probe
-from proxy.tools.evaluation.proxy_parts import Body, RawHeaders
+from proxy.tools.evaluation.proxy_parts import Body, BufferedResponse, RawHeaders
 from proxy.tools.evaluation.transcripts import Transcript
 
 RECALLS_HEADER = "x-compaction-recalls"
@@ -30,26 +29,6 @@ class Recalled:
     probe: Probe
     reply: str
     rounds: int  # recall rounds the proxy ran for it
-
-
-class _Response:
-    def __init__(self, response: httpx.Response) -> None:
-        self.status = response.status_code
-        self.headers: RawHeaders = [
-            (k.encode(), v.encode())
-            for k, v in response.headers.items()
-            if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
-        ]
-        self._body = response.content
-
-    async def iter_raw(self) -> AsyncIterator[bytes]:
-        yield self._body
-
-    async def read(self) -> bytes:
-        return self._body
-
-    async def aclose(self) -> None:
-        return None
 
 
 class LiveUpstream:
@@ -71,7 +50,14 @@ class LiveUpstream:
             response = await self._client.post(self._url, content=data, headers=self._headers)
         except httpx.HTTPError as exc:
             raise EvaluationError(f"the model at {self._url}: {type(exc).__name__}") from exc
-        return _Response(response)
+        # httpx decoded the body: its coding and length headers no longer apply.
+        dropped = ("content-encoding", "content-length", "transfer-encoding")
+        headers: RawHeaders = [
+            (k.encode(), v.encode())
+            for k, v in response.headers.items()
+            if k.lower() not in dropped
+        ]
+        return BufferedResponse(response.status_code, headers, response.content)
 
     async def aclose(self) -> None:
         return None
