@@ -4,17 +4,12 @@ forgotten with the conversation, and never a failure on the request path."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from proxy.errors import StoreError
 from proxy.state.conversations import Store
 from proxy.state.originals import UNAVAILABLE, Kept
-from proxy.state.sealing import Sealer
-from proxy.state.store.memory import MemoryBackend
 from proxy.state.tenancy import Tenancy
-from tests.support.stores import KEY_A, StoreFactory, store_settings
+from tests.support.stores import KEY_A, DownBackend, StoreFactory, store_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -52,23 +47,12 @@ async def test_past_the_budget_the_oldest_are_evicted(make_store: StoreFactory) 
 
 
 async def test_originals_are_sealed_at_rest() -> None:
-    backend = MemoryBackend()
-    settings = store_settings("memory://", encryption_keys=[KEY_A])
-    store = Store(
-        backend,
-        settings=settings,
-        tenancy=Tenancy.from_settings(settings),
-        sealer=Sealer.from_settings(settings.encryption_keys),
-    )
+    factory = StoreFactory("memory://")
+    store = factory(encryption_keys=[KEY_A])
     await store.originals.keep("t", "c", [("r1", "secret file content")], budget_bytes=1024)
-    raw = await backend.get(store.tenancy.originals_key("t", "c"))
+    raw = await factory.backend.get(store.tenancy.originals_key("t", "c"))
     assert raw is not None and b"secret file content" not in raw
     assert await store.originals.find("t", "c", "r1") == "secret file content"
-
-
-class DownBackend(MemoryBackend):
-    async def get(self, key: str, **kwargs: Any) -> bytes | None:
-        raise StoreError("connection refused")
 
 
 async def test_a_failing_store_answers_none_and_unavailable() -> None:
