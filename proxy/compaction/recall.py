@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -122,6 +123,7 @@ class RecallSession:
     shape: RecallShape
     pieces: dict[str, Piece]
     plan: Plan
+    _round_usages: list[BilledUsage] = field(default_factory=list)
 
     @property
     def settings(self) -> RecallSettings:
@@ -169,18 +171,13 @@ class RecallSession:
     def _count(self, outcome: str) -> None:
         self.recall._listeners.emit(RecallAnswered(outcome))
 
-    def finished(self, rounds: int, round_tails: list[bytes], *, price: bool) -> int:
-        """The rounds are over: tell the metrics and, with ``price`` (their usage is not in the
-        final answer's), price each round's answer into the ledger; the tokens the rounds were
-        billed (prompt and completion)."""
-        tokens = 0
-        for tail in round_tails:
-            usage = read_usage(self.conv.route, tail)
-            if usage is None:
-                continue
-            tokens += usage.prompt + usage.output
-            if price:
-                self._price(usage)
+    def finished(self, rounds: int, round_tails: list[bytes]) -> int:
+        """The rounds are over: tell the metrics; the tokens the rounds were billed (prompt and
+        completion). Their pricing waits for the final answer (``after_rounds``)."""
+        self._round_usages = [
+            u for u in (read_usage(self.conv.route, tail) for tail in round_tails) if u is not None
+        ]
+        tokens = sum(u.prompt + u.output for u in self._round_usages)
         if rounds:
             self.recall._listeners.emit(RecallRounds(rounds, tokens))
         return tokens
@@ -189,10 +186,11 @@ class RecallSession:
         if self.recall._spending is not None:
             self.recall._spending.answered(self.conv, self.plan, usage)
 
-    def after_rounds(self, inner: _Answered | None) -> _AfterRounds:
-        """The follow-up of an answer that came after recall rounds: it prices the answer but
-        learns nothing from it (its prompt is not the one planned, so no calibration sample)."""
-        return _AfterRounds(self, inner)
+    def after_rounds(self, inner: _Answered | None, *, summed: Callable[[], bool]) -> _AfterRounds:
+        """The follow-up of an answer that came after recall rounds: it prices the answer, and
+        the rounds too unless ``summed()`` says the answer's usage holds them, and learns nothing
+        from it (its prompt is not the one planned: no calibration sample)."""
+        return _AfterRounds(self, inner, summed)
 
 
 class _Answered(Protocol):
@@ -202,14 +200,20 @@ class _Answered(Protocol):
 class _AfterRounds:
     """A ``proxy.compaction.decision.FollowUp`` (not imported: the decision names this module)."""
 
-    def __init__(self, session: RecallSession, inner: _Answered | None) -> None:
+    def __init__(
+        self, session: RecallSession, inner: _Answered | None, summed: Callable[[], bool]
+    ) -> None:
         self._session = session
         self._inner = inner
+        self._summed = summed
 
     def observe(self, status: int, headers: RawHeaders, tail: bytes) -> None:
         usage = read_usage(self._session.conv.route, tail) if status == 200 else None
         if usage is not None:
             self._session._price(usage)
+        if usage is None or not self._summed():  # the rounds were billed all the same
+            for round_usage in self._session._round_usages:
+                self._session._price(round_usage)
 
     async def replacement(self) -> None:
         return None

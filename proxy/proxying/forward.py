@@ -174,7 +174,7 @@ async def _with_recalls(answer: _Answer, request: _Request) -> _Answer:
     final = replace(
         decision,
         response_headers=[*decision.response_headers, *rounds.headers],
-        follow_up=session.after_rounds(decision.follow_up),
+        follow_up=session.after_rounds(decision.follow_up, summed=rounds.summed),
     )
     return _Answer(rounds.response, final, answer.observed)
 

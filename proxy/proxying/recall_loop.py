@@ -14,8 +14,8 @@ answer.
   ``_MAX_HELD_BYTES`` undecided is relayed as it is.
 
 Headers ``X-Compaction-Recalls`` (rounds) and ``X-Compaction-Recall-Tokens`` (what the rounds
-were billed) go on the final answer; a whole (non-streamed) final answer's ``usage`` has the
-rounds' usage added.
+were billed) go on the final answer, and its usage has the rounds' added
+(``proxy/proxying/recall_usage.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 from proxy import wirejson
 from proxy.compaction.recall import RecallSession
 from proxy.compaction.recall_contract import TEXT, TOOL, Answered, ModelReply
+from proxy.proxying.recall_usage import StreamWithRounds, body_with_rounds, round_usage
 from proxy.proxying.responses import BufferedResponse, PrefixedResponse
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
@@ -56,11 +57,11 @@ class _Looked:
 @dataclass(frozen=True)
 class Rounds:
     """The answer to relay, the headers to add to it (none: no round ran), and whether its usage
-    holds the rounds' usage too (then it is priced as a whole)."""
+    holds the rounds' usage too (then it is priced as a whole; asked once it has been relayed)."""
 
     response: UpstreamResponse
     headers: RawHeaders
-    summed: bool
+    summed: Callable[[], bool]
 
 
 async def recall_rounds(
@@ -99,13 +100,9 @@ async def recall_rounds(
         body = session.shape.ask_again(body, answered)
         response = await send(wirejson.encode(body))
     if not rounds:
-        session.finished(0, [], price=False)
-        return Rounds(looked.response, [], summed=False)
-    final = looked.response
-    summed = False
-    if not streaming and final.status == 200 and looked.decoded:
-        final, summed = _with_usage_added(final, looked.decoded, tails)
-    tokens = session.finished(rounds, tails, price=not summed)
+        return Rounds(looked.response, [], summed=_no)
+    final, summed = _with_rounds_usage(looked, [round_usage(t) for t in tails], streaming)
+    tokens = session.finished(rounds, tails)
     headers = [(RECALLS, str(rounds).encode()), (RECALL_TOKENS, str(tokens).encode())]
     return Rounds(final, headers, summed=summed)
 
@@ -179,25 +176,25 @@ def _has_usage(event: dict[str, Any]) -> bool:
     return isinstance(inner, dict) and bool(inner.get("usage"))
 
 
-def _with_usage_added(
-    final: UpstreamResponse, decoded: bytes, tails: list[bytes]
-) -> tuple[UpstreamResponse, bool]:
-    """The final whole answer with each round's ``usage`` numbers added to its own (top-level
-    integer fields: prompt/input, completion/output, total)."""
-    try:
-        body = json.loads(decoded)
-        usage = body["usage"]
-        rounds = [json.loads(t)["usage"] for t in tails]
-    except (ValueError, KeyError, TypeError):
-        return final, False
-    if not isinstance(usage, dict):
-        return final, False
-    for extra in rounds:
-        for key, value in (extra or {}).items():
-            if isinstance(value, int) and isinstance(usage.get(key), int):
-                usage[key] += value
-    data = json.dumps(body, ensure_ascii=False).encode()
-    drop = {b"content-length", b"content-encoding"}
-    headers = [(k, v) for k, v in final.headers if k.lower() not in drop]
-    headers.append((b"content-length", str(len(data)).encode()))
-    return BufferedResponse(final.status, headers, data), True
+def _no() -> bool:
+    return False
+
+
+def _yes() -> bool:
+    return True
+
+
+def _with_rounds_usage(
+    looked: _Looked, rounds: list[dict[str, int]], streaming: bool
+) -> tuple[UpstreamResponse, Callable[[], bool]]:
+    """The final answer with the rounds' usage added (proxying/recall_usage.py), and whether
+    it was (a stream knows once it has ended); a failed answer, or one in a coding we cannot
+    read, goes out as it is."""
+    final = looked.response
+    if final.status != 200 or not Decoder.of(final.headers).readable:
+        return final, _no
+    if streaming:
+        stream = StreamWithRounds(final, rounds)
+        return stream, stream.summed
+    summed = body_with_rounds(final, looked.decoded, rounds) if looked.decoded else None
+    return (summed, _yes) if summed is not None else (final, _no)

@@ -69,9 +69,11 @@ def test_a_streamed_recall_is_answered_and_only_the_final_text_streams(mock, sta
     history = _cleared_history(client)
     history.append({"role": "user", "content": f"RECALL {SECRET}"})
     raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=history, stream=True
+        model="gpt-4o", messages=history, stream=True, stream_options={"include_usage": True}
     )
     chunks = list(raw.parse())
+    usage = chunks[-1].usage
+    assert (usage.prompt_tokens, usage.total_tokens) == (20, 30)  # the round's usage added
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == f"found: the token is {SECRET} here"
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)

@@ -141,8 +141,8 @@ def test_anthropic_recall_is_answered_with_a_tool_result(anthropic_proxy, second
     assert "read_file a.cfg" in stubbed and f"is {SECRET}" not in stubbed
     assert again["messages"][-1]["content"][0]["type"] == "tool_result"
     assert f"is {SECRET}" in again["messages"][-1]["content"][0]["content"]
-    if not stream:
-        assert final.usage.input_tokens == 20  # the recall round's usage is added
+    assert final.usage.input_tokens == 20  # the recall round's usage is added
+    assert final.usage.output_tokens == 10
 
 
 # --- Responses ------------------------------------------------------------------------------
@@ -241,6 +241,7 @@ def test_responses_recall_is_answered_with_a_function_call_output(mock, start_pr
             client.responses.create(model="gpt-4o", input=_responses_history(), stream=True)
         )
         final = next(e.response for e in events if e.type == "response.completed")
+        assert final.usage.input_tokens == 20
         assert not any(
             e.type == "response.output_item.added" and e.item.type == "function_call"
             for e in events

@@ -7,6 +7,7 @@ makes the model call recall with those ids whatever it sees (a handle of another
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -46,13 +47,14 @@ class RecallProvider(Provider):
         )
         if self.force_ids and offered and messages[-1]["role"] == "user":
             step = Step(ids=self.force_ids)
+        usage = (body.get("stream_options") or {}).get("include_usage") is True
         if step.text is not None:
             if body.get("stream"):
-                return sse_reply(sse_chunks([step.text[:3], step.text[3:]]))
+                return sse_reply(_with_usage(sse_chunks([step.text[:3], step.text[3:]]), usage))
             return json_reply(completion(step.text))
         calls = chat_calls(step)
         if body.get("stream"):
-            return sse_reply(chat_tool_stream(calls))
+            return sse_reply(_with_usage(chat_tool_stream(calls), usage))
         return json_reply(completion("", tool_calls=calls))
 
 
@@ -69,3 +71,17 @@ def recall_results(body: dict[str, Any]) -> list[str]:
         for m in body["messages"]
         if m.get("role") == "tool" and m.get("tool_call_id") in ids
     ]
+
+
+def _with_usage(chunks: list, usage: bool) -> list:
+    """A stream with, when the request asked for it, its usage chunk before ``[DONE]``."""
+    if not usage:
+        return chunks
+    tally = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    event = {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "choices": [],
+        "usage": tally,
+    }
+    return [*chunks[:-1], f"data: {json.dumps(event)}\n\n".encode(), chunks[-1]]
