@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from proxy.compaction.conversation import Conversation
+from proxy.compaction.offload import work
 from proxy.compaction.pending import PendingWrites
 from proxy.compaction.recall_contract import RecallShape, ToolCall
 from proxy.compaction.recall_events import (
@@ -61,26 +62,26 @@ class Recall:
         self._writes = PendingWrites("originals write")
         self._kept: OrderedDict[tuple[str, str], None] = OrderedDict()
 
-    def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
+    async def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
         """The plan to render (stubs naming handles, the summary's index) and the session of a
-        request that gets the tool; (``plan``, None) when recall does not apply."""
+        request that gets the tool; (``plan``, None) when recall does not apply: then nothing
+        names a handle (a client tool of the same name must not be called with one)."""
         shape: RecallShape | None = getattr(conv.dialect, "recall", None)
-        if not self.settings.enabled or shape is None:
+        if not self.settings.enabled or shape is None or not (plan.cleared or plan.summary_text):
             return plan, None
+        name, description = self.settings.tool_name, self.settings.description
+        offered = shape.offer({}, name, description)
+        if offered is None or shape.offer(conv.body, name, description) is None:
+            return plan, None  # the client's own tool of that name, or no tools allowed
         salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
-        notes = annotate(
-            plan,
-            salt=salt,
-            settings=self.settings,
-            count=partial(self._counter.count_text, model=conv.model),
+        count = partial(self._counter.count_text, model=conv.model)
+        # A pass over the messages, hashing what was removed: off the event loop for a big body.
+        notes = await work(
+            conv.heavy, partial(annotate, plan, salt=salt, settings=self.settings, count=count)
         )
         if not notes.pieces:
             return plan, None
         self._keep(conv, notes.pieces)
-        name, description = self.settings.tool_name, self.settings.description
-        offered = shape.offer({}, name, description)
-        if offered is None or shape.offer(conv.body, name, description) is None:
-            return notes.plan, None  # the client's own tool of that name, or no tools allowed
         self._listeners.emit(RecallOffered(len(notes.pieces)))
         # The tool's schema is part of the prompt too.
         tool = self._counter.count_tools(offered.get("tools"), conv.model)

@@ -20,10 +20,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.config.recall import RecallSettings
+from proxy.core.clearing import CLEARED_STUB
 from proxy.core.planner import Plan
 from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
 
-_STUB = re.compile(r"^\[tool result cleared to save context: (\d+) tokens\]$")
+# The core's stub (proxy/core/clearing.py), its token count captured.
+_STUB = re.compile("^" + re.escape(CLEARED_STUB).replace(re.escape("{tokens}"), r"(\d+)") + "$")
 _ARGS_CHARS = 60  # a call's arguments, in brief, in a stub or an index line
 TRUNCATED = "\n[recall truncated: ask again with a query to see a part]"
 _INDEX_MAX_CHARS = 2000  # the index stays short (~500 tokens) whatever index_entries says
@@ -65,6 +67,7 @@ def annotate(
     source = plan.source
     calls = _calls_by_id(source)
     pieces: dict[str, Piece] = {}
+    results = {m.get("tool_call_id"): m for m in source if m.get("role") in ("tool", "function")}
     cleared_ids = {source[i].get("tool_call_id") for i in plan.cleared}
     messages = list(plan.messages)
     for n, message in enumerate(messages):
@@ -74,7 +77,7 @@ def annotate(
             continue
         if message.get("tool_call_id") not in cleared_ids:
             continue
-        original = _original_result(source, message.get("tool_call_id"))
+        original = results.get(message.get("tool_call_id"))
         if original is None:
             continue
         piece = _tool_piece(salt, original, calls)
@@ -146,13 +149,6 @@ def text_of(content: object) -> str:
                 parts.append(part)
         return "\n".join(parts)
     return "" if content is None else json.dumps(content, ensure_ascii=False)
-
-
-def _original_result(source: list[dict[str, Any]], call_id: object) -> dict[str, Any] | None:
-    for message in source:
-        if message.get("role") in ("tool", "function") and message.get("tool_call_id") == call_id:
-            return message
-    return None
 
 
 def _tool_piece(salt: str, result: dict[str, Any], calls: dict[str, tuple[str, str]]) -> Piece:

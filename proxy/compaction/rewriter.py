@@ -177,7 +177,7 @@ class Rewriter:
             self._paces.seen(conv, current)
         session = None
         if self._recall is not None:  # stubs and the summary name what they stand for
-            current, session = self._recall.prepare(conv, current)
+            current, session = await self._recall.prepare(conv, current)
         offer = session.with_tool if session is not None else None
         sent, added = await work(
             heavy, partial(render, conv, current, messages, outcome, offer=offer)
