@@ -152,6 +152,8 @@ def create_app(
                 await asyncio.wait_for(compactor.spending.join(), timeout=5)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(compactor.paces.join(), timeout=5)
+            with contextlib.suppress(TimeoutError):  # the originals of the last requests
+                await asyncio.wait_for(compactor.recall.join(), timeout=5)
             await hooks.aclose(settings.server.shutdown_grace_seconds)
             client, resources.client = resources.client, None
             if client is not None:

@@ -75,16 +75,23 @@ class Recall:
             return plan, None  # the client's own tool of that name, or no tools allowed
         salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
         count = partial(self._counter.count_text, model=conv.model)
-        # A pass over the messages, hashing what was removed: off the event loop for a big body.
-        notes = await work(
-            conv.heavy, partial(annotate, plan, salt=salt, settings=self.settings, count=count)
-        )
-        if not notes.pieces:
+        tool = self._counter.count_tools(offered.get("tools"), conv.model)  # sent too
+        ceiling = _ceiling(conv, plan)
+        # The full index first, then none: recall never makes the prompt bigger than the
+        # client's own nor pushes it past a budget the plan kept (docs/recall.md).
+        for settings in (self.settings, self.settings.model_copy(update={"index_entries": 0})):
+            # A pass over the messages, hashing what was removed: off the loop for a big body.
+            notes = await work(
+                conv.heavy, partial(annotate, plan, salt=salt, settings=settings, count=count)
+            )
+            if not notes.pieces:
+                return plan, None
+            if notes.plan.tokens_after + tool <= ceiling:
+                break
+        else:
             return plan, None
         self._keep(conv, notes.pieces)
         self._listeners.emit(RecallOffered(len(notes.pieces)))
-        # The tool's schema is part of the prompt too.
-        tool = self._counter.count_tools(offered.get("tools"), conv.model)
         sent = replace(notes.plan, tokens_after=notes.plan.tokens_after + tool)
         return sent, RecallSession(self, conv, shape, notes.pieces, plan=sent)
 
@@ -222,6 +229,19 @@ class _AfterRounds:
     def answered(self) -> None:
         if self._inner is not None:
             self._inner.answered()
+
+
+def _ceiling(conv: Conversation, plan: Plan) -> int:
+    """The most tokens a prompt with recall may have: less than the client's own prompt, and
+    within each budget the plan itself keeps (the input_tokens trigger, window_tokens, the
+    context_fraction of a known window)."""
+    policy = conv.policy
+    window = conv.model_info.context_window if conv.model_info else None
+    budgets = [policy.trigger.input_tokens, policy.window_tokens]
+    if window and policy.trigger.context_fraction:
+        budgets.append(int(window * policy.trigger.context_fraction))
+    kept = [b for b in budgets if b > 0 and plan.tokens_after <= b]
+    return min([plan.tokens_before - 1, *kept])
 
 
 def matching_lines(text: str, query: str) -> str:

@@ -21,7 +21,6 @@ were billed) go on the final answer, and its usage has the rounds' added
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,7 +29,14 @@ from typing import Any
 from proxy import wirejson
 from proxy.compaction.recall import RecallSession
 from proxy.compaction.recall_contract import TEXT, TOOL, Answered, ModelReply
-from proxy.proxying.recall_usage import StreamWithRounds, body_with_rounds, round_usage
+from proxy.proxying.recall_usage import (
+    EVENT_END,
+    StreamWithRounds,
+    body_with_rounds,
+    round_usage,
+    sse_data,
+    usage_in,
+)
 from proxy.proxying.responses import BufferedResponse, PrefixedResponse
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
@@ -39,7 +45,6 @@ from proxy.upstream.content_coding import Decoder
 RECALLS = b"x-compaction-recalls"
 RECALL_TOKENS = b"x-compaction-recall-tokens"
 _MAX_HELD_BYTES = 8 * 1024 * 1024
-_EVENT_END = re.compile(rb"\r?\n\r?\n")
 
 Send = Callable[[bytes], Awaitable[UpstreamResponse]]
 
@@ -130,9 +135,9 @@ async def _look_at_stream(response: UpstreamResponse, session: RecallSession) ->
     async for chunk in chunks:
         raw += chunk
         text += decoder.decode(chunk)
-        *complete, text = _EVENT_END.split(text)
-        for event in complete:
-            data = _data_of(event)
+        *complete, text = EVENT_END.split(text)
+        for event in complete[::2]:  # each event, then its end
+            data = sse_data(event)
             if data is None:
                 continue
             events.append(data)
@@ -144,36 +149,17 @@ async def _look_at_stream(response: UpstreamResponse, session: RecallSession) ->
         if not tool and len(raw) > _MAX_HELD_BYTES:
             return _Looked(PrefixedResponse(response, bytes(raw), chunks))
     await response.aclose()
-    if text.strip() and (data := _data_of(text)) is not None:
+    if text.strip() and (data := sse_data(text)) is not None:
         events.append(data)
     held = BufferedResponse(response.status, response.headers, bytes(raw))
     reply = session.shape.read_stream(events) if tool else None
     return _Looked(held, reply, _usage_events(events))
 
 
-def _data_of(event: bytes) -> dict[str, Any] | None:
-    """The JSON object of one SSE event's ``data:`` lines, or None ([DONE], comments)."""
-    lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
-    if not lines:
-        return None
-    try:
-        data = json.loads(b"\n".join(lines))
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _usage_events(events: list[dict[str, Any]]) -> bytes:
     """A stream's events as SSE text again, for the usage reader (only those with usage)."""
-    kept = [e for e in events if _has_usage(e)]
+    kept = [e for e in events if usage_in(e)]
     return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in kept)
-
-
-def _has_usage(event: dict[str, Any]) -> bool:
-    if event.get("usage"):
-        return True
-    inner = event.get("response") or event.get("message")
-    return isinstance(inner, dict) and bool(inner.get("usage"))
 
 
 def _no() -> bool:

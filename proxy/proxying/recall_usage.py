@@ -19,7 +19,7 @@ from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
 from proxy.upstream.content_coding import Decoder
 
-_EVENT_END = re.compile(rb"(\r?\n\r?\n)")
+EVENT_END = re.compile(rb"(\r?\n\r?\n)")  # captured: re.split keeps each event's end
 _DECODED_DROPS = frozenset({b"content-encoding", b"content-length"})
 
 
@@ -32,12 +32,12 @@ def round_usage(tail: bytes) -> dict[str, int]:
     except ValueError:
         whole = None
     if isinstance(whole, dict):
-        return _ints(_usage_in(whole))
+        return _ints(usage_in(whole))
     found: dict[str, int] = {}
-    for event in _EVENT_END.split(tail)[::2]:
-        data = _data(event)
+    for event in EVENT_END.split(tail)[::2]:
+        data = sse_data(event)
         if data is not None:
-            found.update(_ints(_usage_in(data)))
+            found.update(_ints(usage_in(data)))
     return found
 
 
@@ -57,7 +57,7 @@ def body_with_rounds(
         body = json.loads(decoded)
     except ValueError:
         return None
-    usage = _usage_in(body) if isinstance(body, dict) else None
+    usage = usage_in(body) if isinstance(body, dict) else None
     if usage is None:
         return None
     add_rounds(usage, rounds)
@@ -87,7 +87,7 @@ class StreamWithRounds:
         pending = b""
         async for chunk in self._response.iter_raw():
             pending += self._decoder.decode(chunk)
-            parts = _EVENT_END.split(pending)
+            parts = EVENT_END.split(pending)
             pending = parts.pop()  # what follows the last complete event
             out = b"".join(
                 self._rewritten(event) + end
@@ -99,8 +99,8 @@ class StreamWithRounds:
             yield self._rewritten(pending)
 
     def _rewritten(self, event: bytes) -> bytes:
-        data = _data(event)
-        usage = _usage_in(data) if data is not None else None
+        data = sse_data(event)
+        usage = usage_in(data) if data is not None else None
         if usage is None:
             return event
         add_rounds(usage, self._rounds)
@@ -119,7 +119,8 @@ def _decoded_headers(headers: RawHeaders) -> RawHeaders:
     return [(k, v) for k, v in headers if k.lower() not in _DECODED_DROPS]
 
 
-def _data(event: bytes) -> dict[str, Any] | None:
+def sse_data(event: bytes) -> dict[str, Any] | None:
+    """The JSON object of one SSE event's ``data:`` lines, or None ([DONE], comments)."""
     lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
     if not lines:
         return None
@@ -130,7 +131,7 @@ def _data(event: bytes) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _usage_in(data: Mapping[str, Any]) -> dict[str, Any] | None:
+def usage_in(data: Mapping[str, Any]) -> dict[str, Any] | None:
     """The usage object of a body or an event: its own, or its response's or message's."""
     for holder in (data, data.get("response"), data.get("message")):
         if isinstance(holder, Mapping) and isinstance(holder.get("usage"), dict):

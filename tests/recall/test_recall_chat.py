@@ -188,8 +188,8 @@ def test_a_summarized_turn_is_listed_in_the_summary_index_and_recalled(mock, sta
     client = openai_client(server, "recall-summary")
     history = [SYSTEM]
     take_turn(client, history, "Remember: the deploy word is periwinkle, keep it.")
-    for turn in range(1, 6):
-        take_turn(client, history, f"Question {turn}: and then?")
+    for turn in range(1, 6):  # long enough that the summary and its index save tokens
+        take_turn(client, history, f"Question {turn}: and then? " + "Some detail. " * 60)
     history.append({"role": "user", "content": "RECALL periwinkle"})
     before = len(provider.chat_requests())
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history)
