@@ -35,6 +35,7 @@ from proxy.ops.export.exporter import Exporter, export_events, open_sinks
 from proxy.ops.hooks import Hooks
 from proxy.ops.metrics import Metrics, counter_family, gauge_family, model_families
 from proxy.ops.native_metrics import NativeMetrics
+from proxy.ops.recall_metrics import RecallMetrics
 from proxy.ops.recorder import Recorder
 from proxy.ops.tracing import start as start_tracing
 from proxy.ops.tracing import stop as stop_tracing
@@ -71,6 +72,7 @@ def create_app(
     listeners = Listeners()
     metrics.subscribe(listeners)
     NativeMetrics(metrics.registry).subscribe(listeners)  # strategy native (issue 21)
+    RecallMetrics(metrics.registry).subscribe(listeners)  # issue 20
     counter = counter or TokenCounter(settings.model_table())
     tokenizer: list[asyncio.Future[bool]] = []  # the start-up load, for /readyz
     tenancy = store.tenancy if store is not None else Tenancy.from_settings(settings.store)
@@ -162,6 +164,8 @@ def create_app(
                 await asyncio.wait_for(compactor.spending.join(), timeout=5)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(compactor.paces.join(), timeout=5)
+            with contextlib.suppress(TimeoutError):  # the originals of the last requests
+                await asyncio.wait_for(compactor.recall.join(), timeout=5)
             await hooks.aclose(settings.server.shutdown_grace_seconds)
             client, resources.client = resources.client, None
             if client is not None:

@@ -24,6 +24,7 @@ from proxy.compaction.model_info import ModelInfos
 from proxy.compaction.pace import Paces
 from proxy.compaction.paying import PriceTrigger
 from proxy.compaction.planning import plan_with
+from proxy.compaction.recall import Recall
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import NoReview, PlanReview
 from proxy.compaction.rewriter import Rewriter
@@ -91,6 +92,15 @@ class Compactor:
             spending=self.spending,
             paces=self.paces,
         )
+        # What compaction removed, kept for the model's recall tool (issue 20).
+        self.recall = Recall(
+            settings.recall,
+            originals=store.originals,
+            tenancy=tenancy,
+            listeners=listeners,
+            counter=counter,
+            spending=self.spending,
+        )
         self._rewriter = Rewriter(
             settings,
             tenancy=tenancy,
@@ -114,6 +124,7 @@ class Compactor:
             spending=self.spending,
             paces=self.paces,
             price=PriceTrigger(settings, prices, counter),
+            recall=self.recall,
         )
 
     # --- the request path ---------------------------------------------------------------------

@@ -7,12 +7,15 @@ request path").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from proxy.compaction.prefix_summary import ProviderCall
 from proxy.compaction.translation import Translator
 from proxy.state.tenancy import Credentials
 from proxy.types import HeaderView, RawHeaders
+
+if TYPE_CHECKING:
+    from proxy.compaction.recall import RecallSession
 
 
 class BodySource(Protocol):
@@ -80,3 +83,5 @@ class Decision:
     streaming: bool = False  # the client asked for SSE (an overflow may show inside the stream)
     upstream_headers: RawHeaders = field(default_factory=list)  # set on the request sent
     native: NativeAttempt | None = None
+    # The request went out with the recall tool: the forwarder answers its calls (issue 20).
+    recall: RecallSession | None = None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from proxy import wirejson
@@ -42,14 +43,16 @@ def render(
     outcome: str,
     *,
     retried: bool = False,
+    offer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[bytes, RawHeaders]:
     """(the body to send, the headers to add to the answer). ``original``: the messages as the
     dialect read them: when the plan sends exactly those, the client's own bytes go out.
-    Blocking: encoding a big body is CPU work."""
+    ``offer``: adds the recall tool to a rewritten body. Blocking: encoding is CPU work."""
     if current.messages is original or conv.dialect is None:
         body = conv.raw  # nothing changed: the client's bytes go out
     else:
         # Deterministic encoding, so the same plan is the same bytes (provider prompt caches).
-        body = wirejson.encode(with_cache_key(conv, conv.dialect.render(conv.body, current)))
+        rendered = with_cache_key(conv, conv.dialect.render(conv.body, current))
+        body = wirejson.encode(offer(rendered) if offer is not None else rendered)
     headers = protocol.response_headers(outcome, current, policy=conv.policy_name, retried=retried)
     return body, headers

@@ -33,6 +33,7 @@ from proxy.compaction.paying import PriceTrigger
 from proxy.compaction.planning import must_summarize_now, outcome_of, plan_with
 from proxy.compaction.policies import choose_policy
 from proxy.compaction.prefix_summary import PrefixSource
+from proxy.compaction.recall import Recall
 from proxy.compaction.render import OFF, decided, render
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import PlanReview
@@ -73,6 +74,7 @@ class Rewriter:
         spending: Spending | None = None,
         paces: Paces | None = None,
         price: PriceTrigger | None = None,
+        recall: Recall | None = None,
     ) -> None:
         self._settings = settings
         self._tenancy = tenancy
@@ -90,6 +92,7 @@ class Rewriter:
         self._price = price
         # strategy: native (issue 21): the provider's own context management.
         self._natives = NativeCalls(models=models, listeners=listeners, spending=spending)
+        self._recall = recall
 
     def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
         """The response headers of a request the headers alone send through untouched, or None.
@@ -221,7 +224,13 @@ class Rewriter:
         self._listeners.emit(decided(conv, current, outcome))
         if self._paces is not None and policy.strategy == "summarize":
             self._paces.seen(conv, current)
-        sent, added = await work(heavy, partial(render, conv, current, messages, outcome))
+        session = None
+        if self._recall is not None:  # stubs and the summary name what they stand for
+            current, session = await self._recall.prepare(conv, current)
+        offer = session.with_tool if session is not None else None
+        sent, added = await work(
+            heavy, partial(render, conv, current, messages, outcome, offer=offer)
+        )
         if policy.ledger_header and self._spending is not None:
             ledger = await self._spending.header(conv)
             added = added if ledger is None else [*added, ledger]
@@ -245,6 +254,7 @@ class Rewriter:
             response_headers=added,
             follow_up=follow_up,
             streaming=body.get("stream") is True,
+            recall=session,
         )
 
     def _native_decision(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from proxy.config.recall import RecallSettings
 from proxy.config.settings import ConversationSettings, Route, Settings, SummarizerSettings
 from proxy.core.policy import PolicySettings
 
@@ -20,6 +21,7 @@ class CompactionSettings:
     routes: tuple[Route, ...]
     summarizer: SummarizerSettings
     max_messages: int
+    recall: RecallSettings = field(default_factory=RecallSettings)
 
     @classmethod
     def of(cls, settings: Settings) -> CompactionSettings:
@@ -29,4 +31,5 @@ class CompactionSettings:
             routes=settings.routes,
             summarizer=settings.summarizer,
             max_messages=settings.server.max_messages,
+            recall=settings.recall,
         )

@@ -32,6 +32,7 @@ from proxy.config.ops import (
     WebhookExport,
 )
 from proxy.config.pricing import ModelPrice, PricingSettings
+from proxy.config.recall import RecallSettings
 from proxy.config.sections import (
     CalibrationSettings,
     Route,
@@ -116,6 +117,11 @@ class Settings(Section):
         default_factory=PricingSettings,
         description="Dollars per million tokens by model: what the ledger counts as spent and "
         "saved, and what price-aware compaction weighs (overrides a built-in, dated table).",
+    )
+    recall: RecallSettings = Field(
+        default_factory=RecallSettings,
+        description="What compaction removed, kept for the model to fetch back with a tool the "
+        "proxy answers itself (docs/recall.md).",
     )
     admin: AdminSettings = Field(
         default_factory=AdminSettings, description="The /admin API (inspect, forget, preview)."

@@ -38,6 +38,7 @@ from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
 from proxy.dialects.anthropic_native import ANTHROPIC_NATIVE
+from proxy.dialects.anthropic_recall import ANTHROPIC_RECALL
 from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
@@ -299,6 +300,7 @@ class AnthropicMessages:
     name = "messages"
     history_field = "messages"
     cache_key_field = None  # Anthropic caches at cache_control breakpoints (see render)
+    recall = ANTHROPIC_RECALL  # the recall tool in this dialect's shape (issue 20)
     records = False
     native = ANTHROPIC_NATIVE  # context_management.edits (strategy: native)
 

@@ -10,6 +10,7 @@ from proxy.core.facts import FactLookup
 from proxy.core.messages import validate_messages
 from proxy.core.planner import Plan
 from proxy.dialects.base import Neutral
+from proxy.dialects.chat_recall import CHAT_RECALL
 from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.summary_calls import chat_answer_text, chat_summary_call
 from proxy.errors import InvalidRequest, ProxyError
@@ -39,6 +40,7 @@ class ChatCompletions:
     cache_key_field = "prompt_cache_key"
     records = True
     native = None  # chat completions has no context management of the provider's
+    recall = CHAT_RECALL  # the recall tool in this dialect's shape (issue 20)
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_chat_body(raw)

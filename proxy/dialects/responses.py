@@ -33,6 +33,7 @@ from proxy.core.planner import Plan
 from proxy.dialects.base import HASHED, WIRE, Neutral, cleared_wires, wire_groups
 from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.responses_native import RESPONSES_NATIVE
+from proxy.dialects.responses_recall import RESPONSES_RECALL
 from proxy.errors import InvalidRequest, ProxyError
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
@@ -271,6 +272,7 @@ class Responses:
     name = "responses"
     history_field = "input"
     cache_key_field = "prompt_cache_key"
+    recall = RESPONSES_RECALL  # the recall tool in this dialect's shape (issue 20)
     records = False
     native = RESPONSES_NATIVE  # context_management compaction (strategy: native)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from proxy import tracing
@@ -21,6 +21,7 @@ from proxy.errors import ProxyError, UpstreamError
 from proxy.proxying.body import stream_request_body
 from proxy.proxying.native_retry import native_answer, with_upstream_headers
 from proxy.proxying.overflow import look_for_overflow
+from proxy.proxying.recall_loop import recall_rounds
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, CancelOnDisconnect, relay, send_error
 from proxy.proxying.responses import ResponseTail
 from proxy.server.abort import cut_off
@@ -42,23 +43,27 @@ class _Request:
     headers: RawHeaders
 
     async def send(self, body: bytes | AsyncIterator[bytes] | None) -> UpstreamResponse:
-        if not tracing.is_on():
-            return await self.upstream.send(self.method, self.url, self.headers, body)
-        # The provider call's span lasts until its response headers (the relay is the request's).
-        with tracing.span(
-            self.method, tracing.provider_call(self.method, self.url), client=True
-        ) as call:
-            headers = tracing.outgoing(self.headers)  # the provider continues our trace
-            response = await self.upstream.send(self.method, self.url, headers, body)
-            tracing.failed(call, response.status)
-            return response
+        return await self._send(self.headers, body)
 
     async def send_for(
         self, decision: Decision, body: bytes | AsyncIterator[bytes] | None
     ) -> UpstreamResponse:
         """Send ``body`` with the headers ``decision`` sets (strategy native's beta flags)."""
-        headers = with_upstream_headers(self.headers, decision)
-        return await self.upstream.send(self.method, self.url, headers, body)
+        return await self._send(with_upstream_headers(self.headers, decision), body)
+
+    async def _send(
+        self, headers: RawHeaders, body: bytes | AsyncIterator[bytes] | None
+    ) -> UpstreamResponse:
+        if not tracing.is_on():
+            return await self.upstream.send(self.method, self.url, headers, body)
+        # The provider call's span lasts until its response headers (the relay is the request's).
+        with tracing.span(
+            self.method, tracing.provider_call(self.method, self.url), client=True
+        ) as call:
+            traced = tracing.outgoing(headers)  # the provider continues our trace
+            response = await self.upstream.send(self.method, self.url, traced, body)
+            tracing.failed(call, response.status)
+            return response
 
 
 async def _resend(request: _Request, decision: Decision) -> UpstreamResponse:
@@ -125,6 +130,8 @@ async def forward(
                 answer = await _unless_overflow(
                     answer, decision.follow_up, request, hold_seconds=stream_hold_seconds
                 )
+            if answer.decision.recall is not None:
+                answer = await _with_recalls(answer, request)
         except ProxyError as error:
             close = CLOSE if error is guard.refused else ()
             await send_error(send, error, exchange, extra_headers=close, body=error_body(error))
@@ -183,6 +190,29 @@ async def _unless_overflow(
         return held
     await look.response.aclose()
     return _Answer(await request.send(replacement.body), replacement)
+
+
+async def _with_recalls(answer: _Answer, request: _Request) -> _Answer:
+    """The final answer once the model's recall calls are answered (proxying/recall_loop.py),
+    with the headers that count the rounds."""
+    decision = answer.decision
+    assert decision.recall is not None and isinstance(decision.body, bytes)
+    session = decision.recall
+    rounds = await recall_rounds(
+        answer.response,
+        session,
+        sent=decision.body,
+        streaming=decision.streaming,
+        send=request.send,
+    )
+    if not rounds.headers:
+        return _Answer(rounds.response, decision, answer.observed)
+    final = replace(
+        decision,
+        response_headers=[*decision.response_headers, *rounds.headers],
+        follow_up=session.after_rounds(decision.follow_up, summed=rounds.summed),
+    )
+    return _Answer(rounds.response, final, answer.observed)
 
 
 def _answered(answer: _Answer, tail: ResponseTail | None) -> None:

@@ -32,6 +32,7 @@ from proxy.errors import PayloadTooLarge, StoreError
 from proxy.state.counters import StoreCounters
 from proxy.state.ledgers import Ledgers
 from proxy.state.listing import ConversationPage, Listing
+from proxy.state.originals import Originals
 from proxy.state.records import SealedRecords
 from proxy.state.resilient import ResilientBackend, StoreHealth
 from proxy.state.sealing import Sealer
@@ -95,6 +96,8 @@ class Store:
         self._secret = SharedSecret(self._calls, tenancy, sealer)
         # Each conversation's ledger (issue 19), kept beside its record, sealed alike.
         self.ledgers = Ledgers(self._calls, tenancy=tenancy, sealer=sealer, ttl_ms=self._ttl_ms)
+        # What compaction removed, for the model's recall tool (issue 20), sealed alike.
+        self.originals = Originals(self._calls, tenancy=tenancy, sealer=sealer, ttl_ms=self._ttl_ms)
         self._lock_ttl_ms = int(settings.lock_ttl_seconds * 1000)
         self._max_checkpoints = settings.max_checkpoints
 
@@ -231,6 +234,7 @@ class Store:
         async def forget(backend: Backend) -> bool:
             deleted = await backend.delete(key)
             await self.ledgers.forget(backend, tenant, conversation_id)
+            await self.originals.forget(backend, tenant, conversation_id)
             await backend.index_remove(index, [key])
             return deleted
 

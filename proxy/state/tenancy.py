@@ -157,6 +157,16 @@ class Tenancy:
         record prefix, so the admin listing never takes it for a conversation."""
         return f"{KEY_PREFIX}:g:{self._mac('ledger', tenant, conversation_id)}"
 
+    def originals_key(self, tenant: str, conversation_id: str) -> str:
+        """Where what compaction removed from a conversation is kept (``proxy.state.originals``),
+        outside the listed record prefix like the ledger."""
+        return f"{KEY_PREFIX}:o:{self._mac('originals', tenant, conversation_id)}"
+
+    def recall_salt(self, tenant: str, conversation_id: str) -> str:
+        """The key a conversation's recall handles are made with: the same original has another
+        handle in every other conversation, and nobody without the secret can make one."""
+        return self._mac("recall", tenant, conversation_id)
+
     def prompt_cache_key(self, tenant: str, conversation_id: str) -> str:
         """The ``prompt_cache_key`` a conversation's rewritten OpenAI requests carry (issue 19):
         stable for the conversation, so its turns share the provider's cache routing, and

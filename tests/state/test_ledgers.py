@@ -12,7 +12,7 @@ from proxy.state.conversations import Store
 from proxy.state.sealing import Sealer
 from proxy.state.store.memory import MemoryBackend
 from proxy.state.tenancy import Tenancy
-from tests.support.stores import KEY_A, StoreFactory, store_settings
+from tests.support.stores import KEY_A, DownBackend, StoreFactory, store_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -48,11 +48,6 @@ async def test_an_entry_is_sealed_at_rest() -> None:
     raw = await backend.get(key)
     assert raw is not None and b"cached_tokens" not in raw
     assert await store.ledgers.inspect("t", "c") == {"cached_tokens": 1536}
-
-
-class DownBackend(MemoryBackend):
-    async def get(self, key: str, **kwargs: Any) -> bytes | None:
-        raise StoreError("connection refused")
 
 
 async def test_a_failing_store_answers_none_on_update_and_raises_for_the_admin() -> None:

@@ -70,18 +70,23 @@ def completion(content: str, *, model: str = "mock-model", tool_calls: list | No
     }
 
 
+def chunk_event(delta: dict, finish: str | None = None, *, model: str = "mock-model") -> bytes:
+    """One SSE event of a streamed chat completion."""
+    data = {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
 def sse_chunks(pieces: list[str], *, model: str = "mock-model", pause: float = 0.0) -> list:
     """A streamed chat completion: one SSE event per piece, then [DONE]."""
 
     def event(delta: dict, finish: str | None = None) -> bytes:
-        data = {
-            "id": "chatcmpl-mock",
-            "object": "chat.completion.chunk",
-            "created": 1_700_000_000,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-        return f"data: {json.dumps(data)}\n\n".encode()
+        return chunk_event(delta, finish, model=model)
 
     out: list[bytes | float] = [event({"role": "assistant", "content": ""})]
     for piece in pieces:

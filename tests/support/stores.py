@@ -10,6 +10,7 @@ from pydantic import SecretStr
 
 from proxy.config.settings import StoreSettings
 from proxy.core.checkpoints import Checkpoint
+from proxy.errors import StoreError
 from proxy.state.conversations import Store
 from proxy.state.opening import open_store
 from proxy.state.sealing import Sealer
@@ -50,6 +51,13 @@ def checkpoint(
 def store_settings(url: str, **overrides: Any) -> StoreSettings:
     data: dict[str, Any] = {"url": url, "tenant_secret": SecretStr(TENANT_SECRET), **overrides}
     return StoreSettings(**data)
+
+
+class DownBackend(MemoryBackend):
+    """A backend whose every read fails, as an unreachable Redis does."""
+
+    async def get(self, key: str, **kwargs: Any) -> bytes | None:
+        raise StoreError("connection refused")
 
 
 class StoreFactory:

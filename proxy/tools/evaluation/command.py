@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from proxy.errors import InvalidRequest, ProxyError
 from proxy.tools.evaluation.endpoint import ChatEndpoint
 from proxy.tools.evaluation.proxy_parts import ConfigError, Settings, choose_policy, load_settings
+from proxy.tools.evaluation.recalled import LiveUpstream
 from proxy.tools.evaluation.replay import eval_settings
 from proxy.tools.evaluation.report import build_report, render
 from proxy.tools.evaluation.runner import Results, Runner, RunOptions
@@ -70,6 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--concurrency", type=int, default=4, help="model calls at once")
     parser.add_argument("--max-answer-tokens", type=int, default=256)
+    parser.add_argument(
+        "--recall",
+        action="store_true",
+        help="also ask each probe through the proxy with the recall tool offered (docs/recall.md)",
+    )
 
 
 def choose_transcripts(args: argparse.Namespace) -> list[Transcript]:
@@ -121,6 +127,7 @@ async def evaluate(
             concurrency=args.concurrency,
             max_answer_tokens=args.max_answer_tokens,
             user_probes=args.probes,
+            recall=args.recall,
         )
         runner = Runner(
             settings,
@@ -128,6 +135,9 @@ async def evaluate(
             answerer=answerer,
             scorer=Scorer(judge, judge_model=args.judge_model),
             progress=lambda task, n: progress.advance(tasks[task], n),
+            live=LiveUpstream(client, base_url=base_url, authorization=authorization)
+            if args.recall
+            else None,
         )
         # A user transcript's probes are written first (by the judge, or from its identifiers).
         prepared = [await runner.with_probes(t) for t in transcripts]

@@ -17,12 +17,14 @@ from proxy.core.messages import content_text
 from proxy.core.policy import ModelInfo
 from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.errors import ConfigError
+from proxy.proxying.responses import BufferedResponse
 from proxy.types import RawHeaders
 from proxy.upstream.base import Body
 
 __all__ = [
     "POLICY_HEADER",
     "Body",
+    "BufferedResponse",
     "ConfigError",
     "ModelInfo",
     "RawHeaders",

@@ -114,7 +114,8 @@ class RecordingUpstream:
     """An ``UpstreamClient`` that keeps every conversation body the proxy would have sent and
     answers it with a canned completion. A summary the proxy asks of the conversation's model on
     its cached prefix (``summarizer.cached_prefix``) is what is evaluated, so it goes to the real
-    model (``model_call``) and is kept with its answer."""
+    model (``model_call``) and is kept with its answer. Once ``live`` is set (eval --recall), it
+    sends to that instead."""
 
     def __init__(self, model_call: Callable[[bytes], Awaitable[bytes]] | None = None) -> None:
         self.last: dict[str, Any] | None = None
@@ -123,8 +124,11 @@ class RecordingUpstream:
         # Each summary asked on the prefix: its messages and its answer's text.
         self.prefix_summaries: list[tuple[list[dict[str, Any]], str]] = []
         self._model_call = model_call
+        self.live: Any = None  # an UpstreamClient: the model under test (eval --recall)
 
     async def send(self, method: str, url: str, headers: RawHeaders, body: Body) -> Any:
+        if self.live is not None:
+            return await self.live.send(method, url, headers, body)
         if isinstance(body, bytes):
             data = body
         elif body is None:
@@ -175,6 +179,15 @@ class Replayed:
     direct: tuple[list[dict[str, Any]], ...] = ()
     # Summaries asked on the cached prefix: their messages and their answer's text.
     prefix_summaries: tuple[tuple[list[dict[str, Any]], str], ...] = ()
+    after: Any = None  # what ``then`` returned (eval --recall: the probes asked through it)
+
+
+@dataclass(frozen=True)
+class Then:
+    """What to do with a replayed app before it closes (see ``replay``)."""
+
+    live: Any  # the UpstreamClient the app sends to from then on
+    ask: Callable[[httpx.AsyncClient, dict[str, str]], Awaitable[Any]]
 
 
 def eval_settings(settings: Settings, *, model: str, context_window: int | None) -> Settings:
@@ -203,8 +216,11 @@ async def replay(
     model: str,
     authorization: str | None,
     on_request: Callable[[], None] = lambda: None,
+    then: Then | None = None,
 ) -> Replayed:
-    """Send ``transcript`` through a fresh app built from ``settings`` (see ``eval_settings``)."""
+    """Send ``transcript`` through a fresh app built from ``settings`` (see ``eval_settings``).
+    ``then``: once replayed, the app's upstream goes live (``then.live``) and ``then.ask`` is
+    called with a client of the app and the replay's headers."""
     recorder = RecordingUpstream(_model_call(settings, authorization))
     app = create_app(settings, upstream=recorder)
     conversation = _UNSAFE_ID.sub("-", f"eval-{transcript.name}-{policy or 'routed'}")[:128]
@@ -236,7 +252,11 @@ async def replay(
             await _settle(client, settings.summarizer.timeout_seconds * 2)
             on_request()
         metrics = await _metrics(client)
-    sent = (recorder.last or {}).get("messages") or []
+        sent = (recorder.last or {}).get("messages") or []
+        after = None
+        if then is not None:
+            recorder.live = then.live
+            after = await then.ask(client, headers)
     if not sent or sent[-1] != placeholder:
         raise EvaluationError(f"the proxy did not keep the newest message of {transcript.name}")
     return Replayed(
@@ -249,6 +269,7 @@ async def replay(
         sent=tuple(recorder.prompts),
         direct=tuple(bodies),
         prefix_summaries=tuple(recorder.prefix_summaries),
+        after=after,
     )
 
 

@@ -33,7 +33,7 @@ def _accuracy(answers: list[Answer], policy: str) -> dict[str, Any]:
     compacted = [a for a in answers if a.variant == "compacted" and a.policy == policy]
     truncated = [a for a in answers if a.variant == "truncated" and a.policy == policy]
     f, c, t = _share(full), _share(compacted), _share(truncated)
-    return {
+    row = {
         "probes": len(full),
         "full": f,
         "compacted": c,
@@ -41,6 +41,11 @@ def _accuracy(answers: list[Answer], policy: str) -> dict[str, Any]:
         "compacted_vs_full": _ratio(c, f),
         "truncated_vs_full": _ratio(t, f),
     }
+    recalled = [a for a in answers if a.variant == "recalled" and a.policy == policy]
+    if recalled:  # eval --recall: the compacted history, the recall tool offered
+        r = _share(recalled)
+        row |= {"recalled": r, "recalled_vs_full": _ratio(r, f)}
+    return row
 
 
 def _dollars(runs: list[PolicyRun]) -> dict[str, Any] | None:
@@ -153,8 +158,10 @@ def render(report: dict[str, Any], console: Console) -> None:
     table.add_column("category")
     table.add_column("probes", justify="right")
     table.add_column("full", justify="right")
-    for name in policies:
+    for name, data in policies.items():
         table.add_column(f"{name}\ncompacted (c/full)", justify="right")
+        if "recalled" in data["accuracy"][OVERALL]:
+            table.add_column(f"{name}\nwith recall (r/full)", justify="right")
         table.add_column(f"{name}\ntruncated (t/full)", justify="right")
     first = next(iter(policies.values()), None)
     rows = list(first["accuracy"]) if first else []
@@ -163,6 +170,8 @@ def render(report: dict[str, Any], console: Console) -> None:
         for data in policies.values():
             acc = data["accuracy"][row]
             cells.append(f"{_pct(acc['compacted'])} ({_num(acc['compacted_vs_full'])})")
+            if "recalled" in acc:
+                cells.append(f"{_pct(acc['recalled'])} ({_num(acc['recalled_vs_full'])})")
             cells.append(f"{_pct(acc['truncated'])} ({_num(acc['truncated_vs_full'])})")
         table.add_row(*cells, end_section=len(rows) > 1 and row == rows[-2])
     console.print(table)

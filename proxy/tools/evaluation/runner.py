@@ -9,7 +9,7 @@ misleading.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -24,7 +24,8 @@ from proxy.tools.evaluation.probes import (
     parse_judge_probes,
 )
 from proxy.tools.evaluation.proxy_parts import Settings, TokenCounter, transcript_line
-from proxy.tools.evaluation.replay import Replayed, replay, request_points
+from proxy.tools.evaluation.recalled import ask_through_proxy
+from proxy.tools.evaluation.replay import Replayed, Then, replay, request_points
 from proxy.tools.evaluation.scoring import Scorer
 from proxy.tools.evaluation.transcripts import Transcript
 from proxy.tools.evaluation.truncation import truncate
@@ -78,6 +79,7 @@ class RunOptions:
     concurrency: int = 4
     max_answer_tokens: int = 256
     user_probes: int = 10  # probes made per user transcript
+    recall: bool = False  # also ask each probe through the proxy, the recall tool offered
 
 
 Progress = Callable[[str, int], None]  # (task, advance)
@@ -92,8 +94,10 @@ class Runner:
         answerer: ChatEndpoint,
         scorer: Scorer,
         progress: Progress = lambda task, n: None,
+        live: Any = None,
     ) -> None:
         self.settings = settings
+        self.live = live  # the model under test as the proxy's upstream (eval --recall)
         self.options = options
         self.answerer = answerer
         self.scorer = scorer
@@ -108,21 +112,31 @@ class Runner:
         return per * len(self.options.policies)
 
     def questions(self, transcripts: list[Transcript]) -> int:
-        """Model calls to answer every probe: full once, compacted and truncated per policy."""
+        """Model calls to answer every probe: full once, compacted and truncated per policy (and
+        recalled, with ``recall``)."""
         probes = sum(sum(map(self.scorer.can_score, t.probes)) for t in transcripts)
-        return probes * (1 + 2 * len(self.options.policies))
+        return probes * (1 + (3 if self._recalling else 2) * len(self.options.policies))
+
+    @property
+    def _recalling(self) -> bool:
+        return self.options.recall and self.live is not None
 
     # --- the run -----------------------------------------------------------------------------
 
     async def run(self, prepared: list[Transcript]) -> Results:
         """Replay and ask; ``prepared``: transcripts with their probes (see ``with_probes``)."""
         runs: list[PolicyRun] = []
+        recalled: list[Awaitable[Answer]] = []
         prompts: list[tuple[Transcript, str, str | None, list[dict[str, Any]]]] = []
         for transcript in prepared:
             prompts.append((transcript, "full", None, transcript.messages))
             for policy in self.options.policies:
                 run, compacted, truncated = await self._replay(transcript, policy)
                 runs.append(run)
+                recalled += [
+                    self._scored(transcript, r.probe, "recalled", policy, r.reply)
+                    for r in run.replayed.after or ()
+                ]
                 prompts.append((transcript, "compacted", policy, compacted))
                 prompts.append((transcript, "truncated", policy, truncated))
         jobs = [
@@ -131,7 +145,7 @@ class Runner:
             for probe in transcript.probes
             if self.scorer.can_score(probe)
         ]
-        answers = await asyncio.gather(*jobs)
+        answers = await asyncio.gather(*jobs, *recalled)
         return Results(
             model=self.options.model,
             judge_model=self.scorer.judge_model,
@@ -169,6 +183,18 @@ class Runner:
         self, transcript: Transcript, policy: str
     ) -> tuple[PolicyRun, list[dict[str, Any]], list[dict[str, Any]]]:
         model = self.options.model
+        then = None
+        if self._recalling:
+            probes = [p for p in transcript.probes if self.scorer.can_score(p)]
+            ask = partial(
+                ask_through_proxy,
+                transcript=transcript,
+                probes=probes,
+                model=model,
+                max_tokens=self.options.max_answer_tokens,
+                suffix=QUESTION_SUFFIX,
+            )
+            then = Then(live=self.live, ask=ask)
         replayed = await replay(
             self.settings,
             transcript,
@@ -176,6 +202,7 @@ class Runner:
             model=model,
             authorization=self.options.authorization,
             on_request=lambda: self.progress("replay", 1),
+            then=then,
         )
         compacted = replayed.history
         budget = self.counter.count_messages(compacted, model)
@@ -239,6 +266,12 @@ class Runner:
                 max_tokens=self.options.max_answer_tokens,
                 **extra,
             )
+        return await self._scored(transcript, probe, variant, policy, reply)
+
+    async def _scored(
+        self, transcript: Transcript, probe: Probe, variant: str, policy: str | None, reply: str
+    ) -> Answer:
+        async with self._slots:
             score = await self.scorer.score(probe, reply)
         self.progress("questions", 1)
         return Answer(

@@ -22,6 +22,7 @@ from tests.support.mock_upstream import (
     completion,
     json_reply,
 )
+from tests.support.recall_model import chat_calls, declares, recall_step
 
 SUMMARIZER = SUMMARIZER_MODEL
 ANSWERER = "mock-answerer"
@@ -52,13 +53,30 @@ class EvalProvider(ChatScript):
             return self._summary(messages[-1]["content"])
         if body["model"] == JUDGE:
             return self._judge(messages)
+        if messages[-1]["role"] != "user":  # after a recall round: the question is further up
+            return self._recalling(body)
         question = messages[-1]["content"]
         history = messages[:-1]
         with self._lock:
             self.questions.append((question, history))
         answer = next((a for q, a in self.answers.items() if question.startswith(q)), None)
         seen = json.dumps(history, ensure_ascii=False)
+        if answer is not None and answer not in seen and declares(body.get("tools")):
+            return self._recalling(body)
         reply = f"It is {answer}." if answer is not None and answer in seen else DONT_KNOW
+        return json_reply(completion(reply, model=body["model"]))
+
+    def _recalling(self, body: dict[str, Any]) -> Reply:
+        """With the recall tool offered, the answerer fetches every original in sight it has not
+        fetched yet (tests/support/recall_model.py), then answers from what it got back."""
+        messages = body["messages"]
+        question = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+        answer = next((a for q, a in self.answers.items() if question.startswith(q)), None)
+        offered = declares(body.get("tools")) and body.get("tool_choice") != "none"
+        step = recall_step(messages, answer or "\x00", tool_offered=offered, question=question)
+        if step.ids:
+            return json_reply(completion("", model=body["model"], tool_calls=chat_calls(step)))
+        reply = f"It is {answer}." if step.text and step.text != DONT_KNOW else DONT_KNOW
         return json_reply(completion(reply, model=body["model"]))
 
     def _summary(self, data: str) -> Reply:

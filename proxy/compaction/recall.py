@@ -1,0 +1,274 @@
+"""The recall tool, compaction's side (issue 20, docs/recall.md): which requests get it, the
+originals their plan refers to (kept in the store, fire-and-forget), and the answer to one call.
+
+``Recall.prepare`` annotates a plan (``recall_notes``) and, when the plan refers to originals
+and the request may have the tool, returns a ``RecallSession`` the decision carries to the
+forwarder, whose loop (``proxy/proxying/recall_loop.py``) answers the model's calls with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, Protocol
+
+from proxy.compaction.conversation import Conversation
+from proxy.compaction.offload import work
+from proxy.compaction.pending import PendingWrites
+from proxy.compaction.recall_contract import RecallShape, ToolCall
+from proxy.compaction.recall_events import (
+    OriginalsKept,
+    RecallAnswered,
+    RecallOffered,
+    RecallRounds,
+)
+from proxy.compaction.recall_notes import TRUNCATED, Piece, annotate
+from proxy.compaction.spending import Spending, read_usage
+from proxy.config.recall import RecallSettings
+from proxy.core.planner import Plan
+from proxy.core.tokens import TokenCounter
+from proxy.economics.usage import BilledUsage
+from proxy.events import Listeners
+from proxy.state.originals import UNAVAILABLE, Originals
+from proxy.state.tenancy import Tenancy
+from proxy.types import RawHeaders
+
+_KNOWN_KEPT = 4096  # (conversation, handle) pairs this process knows are stored already
+_QUERY_CONTEXT_LINES = 3
+
+
+class Recall:
+    """Built once by the compactor."""
+
+    def __init__(
+        self,
+        settings: RecallSettings,
+        *,
+        originals: Originals,
+        tenancy: Tenancy,
+        listeners: Listeners,
+        counter: TokenCounter,
+        spending: Spending | None = None,
+    ) -> None:
+        self.settings = settings
+        self._counter = counter
+        self._originals = originals
+        self._tenancy = tenancy
+        self._listeners = listeners
+        self._spending = spending
+        self._writes = PendingWrites("originals write")
+        self._kept: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    async def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
+        """The plan to render (stubs naming handles, the summary's index) and the session of a
+        request that gets the tool; (``plan``, None) when recall does not apply: then nothing
+        names a handle (a client tool of the same name must not be called with one)."""
+        shape: RecallShape | None = getattr(conv.dialect, "recall", None)
+        if not self.settings.enabled or shape is None or not (plan.cleared or plan.summary_text):
+            return plan, None
+        name, description = self.settings.tool_name, self.settings.description
+        offered = shape.offer({}, name, description)
+        if offered is None or shape.offer(conv.body, name, description) is None:
+            return plan, None  # the client's own tool of that name, or no tools allowed
+        salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
+        count = partial(self._counter.count_text, model=conv.model)
+        tool = self._counter.count_tools(offered.get("tools"), conv.model)  # sent too
+        ceiling = _ceiling(conv, plan)
+        # The full index first, then none: recall never makes the prompt bigger than the
+        # client's own nor pushes it past a budget the plan kept (docs/recall.md).
+        for settings in (self.settings, self.settings.model_copy(update={"index_entries": 0})):
+            # A pass over the messages, hashing what was removed: off the loop for a big body.
+            notes = await work(
+                conv.heavy, partial(annotate, plan, salt=salt, settings=settings, count=count)
+            )
+            if not notes.pieces:
+                return plan, None
+            if notes.plan.tokens_after + tool <= ceiling:
+                break
+        else:
+            return plan, None
+        self._keep(conv, notes.pieces)
+        self._listeners.emit(RecallOffered(len(notes.pieces)))
+        sent = replace(notes.plan, tokens_after=notes.plan.tokens_after + tool)
+        return sent, RecallSession(self, conv, shape, notes.pieces, plan=sent)
+
+    def _keep(self, conv: Conversation, pieces: dict[str, Piece]) -> None:
+        """Store the pieces this process has not stored yet, after the answer (never waited)."""
+        scope = conv.key
+        new = [(h, p.text) for h, p in pieces.items() if (scope, h) not in self._kept]
+        if not new:
+            return
+        for handle, _ in new:
+            self._kept[(scope, handle)] = None
+        while len(self._kept) > _KNOWN_KEPT:
+            self._kept.popitem(last=False)
+
+        async def write() -> None:
+            kept = await self._originals.keep(
+                conv.tenant, conv.conversation_id, new, budget_bytes=self.settings.budget_bytes
+            )
+            if kept is None:  # not written: try again on a later request
+                for handle, _ in new:
+                    self._kept.pop((scope, handle), None)
+            elif kept.added or kept.evicted:
+                self._listeners.emit(OriginalsKept(kept.added, kept.evicted))
+
+        self._writes.start(write)
+
+    async def join(self) -> None:
+        await self._writes.join()
+
+
+@dataclass
+class RecallSession:
+    """One request's recall: the tool's shape, what its plan refers to, the calls answered."""
+
+    recall: Recall
+    conv: Conversation
+    shape: RecallShape
+    pieces: dict[str, Piece]
+    plan: Plan
+    _round_usages: list[BilledUsage] = field(default_factory=list)
+
+    @property
+    def settings(self) -> RecallSettings:
+        return self.recall.settings
+
+    @property
+    def tool_name(self) -> str:
+        return self.settings.tool_name
+
+    def with_tool(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The rendered body with the tool added (``prepare`` checked that it may be)."""
+        return self.shape.offer(body, self.tool_name, self.settings.description) or body
+
+    async def answer(self, call: ToolCall) -> str:
+        """The tool result for one recall call: the original (or its matching lines), or a
+        sentence saying why there is none. Never raises."""
+        try:
+            args = json.loads(call.arguments or "{}")
+        except ValueError:
+            args = None
+        handle = args.get("id") if isinstance(args, dict) else None
+        if not isinstance(handle, str) or not handle.strip():
+            self._count("missing")
+            return (
+                'No recall id given: call it with {"id": "r..."} as named in a stub or the index.'
+            )
+        handle = handle.strip()
+        piece = self.pieces.get(handle)
+        text: object = piece.text if piece is not None else None
+        if text is None:
+            c = self.conv
+            text = await self.recall._originals.find(c.tenant, c.conversation_id, handle)
+        if text is UNAVAILABLE:
+            self._count("unavailable")
+            return f"The original of {handle} is unavailable right now; go on without it."
+        if not isinstance(text, str):
+            self._count("missing")
+            return f"Not found: no original with recall id {handle} in this conversation (unknown or expired)."
+        self._count("found")
+        query = args.get("query") if isinstance(args, dict) else None
+        if isinstance(query, str) and query.strip():
+            text = matching_lines(text, query.strip())
+        return _capped(text, self.settings.max_result_bytes)
+
+    def _count(self, outcome: str) -> None:
+        self.recall._listeners.emit(RecallAnswered(outcome))
+
+    def finished(self, rounds: int, round_tails: list[bytes]) -> int:
+        """The rounds are over: tell the metrics; the tokens the rounds were billed (prompt and
+        completion). Their pricing waits for the final answer (``after_rounds``)."""
+        self._round_usages = [
+            u for u in (read_usage(self.conv.route, tail) for tail in round_tails) if u is not None
+        ]
+        tokens = sum(u.prompt + u.output for u in self._round_usages)
+        if rounds:
+            self.recall._listeners.emit(RecallRounds(rounds, tokens))
+        return tokens
+
+    def _price(self, usage: BilledUsage) -> None:
+        if self.recall._spending is not None:
+            self.recall._spending.answered(self.conv, self.plan, usage)
+
+    def after_rounds(self, inner: _Answered | None, *, summed: Callable[[], bool]) -> _AfterRounds:
+        """The follow-up of an answer that came after recall rounds: it prices the answer, and
+        the rounds too unless ``summed()`` says the answer's usage holds them, and learns nothing
+        from it (its prompt is not the one planned: no calibration sample)."""
+        return _AfterRounds(self, inner, summed)
+
+
+class _Answered(Protocol):
+    def answered(self) -> None: ...
+
+
+class _AfterRounds:
+    """A ``proxy.compaction.decision.FollowUp`` (not imported: the decision names this module)."""
+
+    def __init__(
+        self, session: RecallSession, inner: _Answered | None, summed: Callable[[], bool]
+    ) -> None:
+        self._session = session
+        self._inner = inner
+        self._summed = summed
+
+    def observe(self, status: int, headers: RawHeaders, tail: bytes) -> None:
+        usage = read_usage(self._session.conv.route, tail) if status == 200 else None
+        if usage is not None:
+            self._session._price(usage)
+        if usage is None or not self._summed():  # the rounds were billed all the same
+            for round_usage in self._session._round_usages:
+                self._session._price(round_usage)
+
+    async def replacement(self) -> None:
+        return None
+
+    def answered(self) -> None:
+        if self._inner is not None:
+            self._inner.answered()
+
+
+def _ceiling(conv: Conversation, plan: Plan) -> int:
+    """The most tokens a prompt with recall may have: less than the client's own prompt, and
+    within each budget the plan itself keeps (the input_tokens trigger, window_tokens, the
+    context_fraction of a known window)."""
+    policy = conv.policy
+    window = conv.model_info.context_window if conv.model_info else None
+    budgets = [policy.trigger.input_tokens, policy.window_tokens]
+    if window and policy.trigger.context_fraction:
+        budgets.append(int(window * policy.trigger.context_fraction))
+    kept = [b for b in budgets if b > 0 and plan.tokens_after <= b]
+    return min([plan.tokens_before - 1, *kept])
+
+
+def matching_lines(text: str, query: str) -> str:
+    """The lines of ``text`` containing ``query`` (case-insensitive), with a few around each;
+    a sentence when none does."""
+    lines = text.splitlines()
+    wanted = query.casefold()
+    keep: set[int] = set()
+    for n, line in enumerate(lines):
+        if wanted in line.casefold():
+            keep.update(range(max(0, n - _QUERY_CONTEXT_LINES), n + _QUERY_CONTEXT_LINES + 1))
+    if not keep:
+        return (
+            f"No line of this original contains {query!r}; call again without query for all of it."
+        )
+    out: list[str] = []
+    last = -2
+    for n in sorted(k for k in keep if k < len(lines)):
+        if n != last + 1 and out:
+            out.append("...")
+        out.append(lines[n])
+        last = n
+    return "\n".join(out)
+
+
+def _capped(text: str, max_bytes: int) -> str:
+    encoded = text.encode("utf-8", "surrogatepass")
+    if len(encoded) <= max_bytes:
+        return text
+    return encoded[: max_bytes - len(TRUNCATED)].decode("utf-8", "ignore") + TRUNCATED

@@ -1,0 +1,248 @@
+"""What a plan removed, named so the model can fetch it back (issue 20, docs/recall.md).
+
+Two kinds of piece are kept: a tool result the plan cleared (its stub now names its handle and
+what it was) and, under a summary, what the summary covers, as a plain transcript cut into
+segments one recall returns whole. The summary message ends with a short index of the segments. A handle is a keyed hash of the piece within its conversation (``Tenancy.recall_salt``):
+the same piece always gets the same handle there, so the prompt's bytes stay stable across turns
+(the provider's cache), and the same piece in another conversation gets another one.
+
+Pure: the plan in, the annotated plan and the pieces out; nothing is stored here.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from proxy.config.recall import RecallSettings
+from proxy.core.clearing import CLEARED_STUB
+from proxy.core.planner import Plan
+from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
+
+# The core's stub (proxy/core/clearing.py), its token count captured.
+_STUB = re.compile("^" + re.escape(CLEARED_STUB).replace(re.escape("{tokens}"), r"(\d+)") + "$")
+_ARGS_CHARS = 60  # a call's arguments, in brief, in a stub or an index line
+TRUNCATED = "\n[recall truncated: ask again with a query to see a part]"
+_INDEX_MAX_CHARS = 2000  # the index stays short (~500 tokens) whatever index_entries says
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One thing the plan removed: its handle, a one-line label, and its full text."""
+
+    handle: str
+    label: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Notes:
+    """A plan annotated for recall, and what it refers to (handle -> piece)."""
+
+    plan: Plan
+    pieces: dict[str, Piece]
+
+
+def handle_of(salt: str, kind: str, text: str) -> str:
+    """A short handle (``r`` + 10 base32 characters, 50 bits) for ``text`` in one conversation."""
+    digest = hashlib.blake2b(
+        f"{kind}\x00{text}".encode("utf-8", "surrogatepass"), key=salt.encode()[:64], digest_size=8
+    ).digest()
+    return "r" + base64.b32encode(digest).decode().lower()[:10]
+
+
+def annotate(
+    plan: Plan, *, salt: str, settings: RecallSettings, count: Callable[[str], int]
+) -> Notes:
+    """``plan`` with its stubs naming their handles and its summary ending with an index; the
+    pieces they name. ``count``: a text's tokens, to keep ``tokens_after`` true to what is sent.
+    A plan that removed nothing comes back as it is, with no pieces."""
+    if not plan.changed or (not plan.cleared and plan.summary_text is None):
+        return Notes(plan, {})
+    source = plan.source
+    calls = _calls_by_id(source)
+    pieces: dict[str, Piece] = {}
+    results = {m.get("tool_call_id"): m for m in source if m.get("role") in ("tool", "function")}
+    cleared_ids = {source[i].get("tool_call_id") for i in plan.cleared}
+    messages = list(plan.messages)
+    for n, message in enumerate(messages):
+        content = message.get("content")
+        found = _STUB.match(content) if isinstance(content, str) else None
+        if found is None or message.get("role") not in ("tool", "function"):
+            continue
+        if message.get("tool_call_id") not in cleared_ids:
+            continue
+        original = results.get(message.get("tool_call_id"))
+        if original is None:
+            continue
+        piece = _tool_piece(salt, original, calls)
+        pieces[piece.handle] = piece
+        messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
+    if plan.summary_text is not None:
+        covered = _covered_pieces(salt, plan, settings)
+        for piece in covered:
+            pieces.setdefault(piece.handle, piece)
+        at = _summary_at(messages)
+        if at is not None and covered:
+            index = _index(covered, settings)
+            content = messages[at]["content"]
+            head = content[: -len(CLOSE_TAG)].rstrip("\n")
+            messages[at] = {**messages[at], "content": f"{head}\n\n{index}\n{CLOSE_TAG}"}
+    if not pieces:
+        return Notes(plan, {})
+    added = sum(
+        count(new["content"]) - count(old["content"])
+        for old, new in zip(plan.messages, messages, strict=True)
+        if old is not new
+    )
+    return Notes(replace(plan, messages=messages, tokens_after=plan.tokens_after + added), pieces)
+
+
+def _stub_text(piece: Piece, tokens: int) -> str:
+    return f"[tool result cleared to save context: {piece.label}, {tokens:,} tokens; recall id {piece.handle}]"
+
+
+def _calls_by_id(source: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """tool_call_id -> (tool name, arguments in brief)."""
+    found: dict[str, tuple[str, str]] = {}
+    for message in source:
+        for call in message.get("tool_calls") or ():
+            if not isinstance(call, dict):
+                continue
+            function = call.get("function") or {}
+            found[str(call.get("id"))] = (
+                str(function.get("name") or "tool"),
+                _brief(function.get("arguments")),
+            )
+    return found
+
+
+def _brief(arguments: object) -> str:
+    try:
+        data = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        data = arguments
+    if isinstance(data, dict):
+        text = " ".join(str(v) for v in data.values())
+    else:
+        text = "" if data is None else str(data)
+    text = " ".join(text.split())
+    return text if len(text) <= _ARGS_CHARS else text[: _ARGS_CHARS - 1] + "…"
+
+
+def text_of(content: object) -> str:
+    """A message's content as plain text (a string, or the text parts of a list of blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                value = part.get("text", part.get("content", ""))
+                parts.append(value if isinstance(value, str) else text_of(value))
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return "" if content is None else json.dumps(content, ensure_ascii=False)
+
+
+def _tool_piece(salt: str, result: dict[str, Any], calls: dict[str, tuple[str, str]]) -> Piece:
+    call_id = str(result.get("tool_call_id"))
+    name, args = calls.get(call_id, (str(result.get("name") or "tool"), ""))
+    text = text_of(result.get("content"))
+    label = f"tool output of {name} {args}".rstrip()
+    return Piece(handle_of(salt, "tool:" + call_id, text), label, text)
+
+
+def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings) -> list[Piece]:
+    """Under a summary: what it covers, as a transcript packed oldest first into segments of at
+    most ``max_result_bytes`` (one recall returns a whole segment). Packing from the start is
+    stable: a later summary covering more keeps the earlier segments, handles and all."""
+    start, end = plan.grouping.preamble_len, plan.cut
+    calls = _calls_by_id(plan.source)
+    limit = settings.max_result_bytes - len(TRUNCATED)
+    pieces: list[Piece] = []
+    lines: list[str] = []
+    names: list[str] = []
+    size = 0
+    first = start
+
+    def close(last: int) -> None:
+        text = "\n".join(lines)
+        label = f"messages {first - start + 1}-{last - start}"
+        if names:
+            listed = ", ".join(dict.fromkeys(names))
+            label += ": " + (
+                listed if len(listed) <= _ARGS_CHARS else listed[: _ARGS_CHARS - 1] + "…"
+            )
+        pieces.append(Piece(handle_of(salt, "segment", text), label, text))
+
+    for n in range(start, end):
+        line = _line(plan.source[n], calls)
+        grow = len(line.encode("utf-8", "surrogatepass")) + 1
+        if lines and size + grow > limit:
+            close(n)
+            lines, names, size, first = [], [], 0, n
+        lines.append(line)
+        names.extend(_names(plan.source[n], calls))
+        size += grow
+    if lines:
+        close(end)
+    return pieces
+
+
+def _names(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> list[str]:
+    """The tools a message called, as "name args" in brief."""
+    found = []
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, dict):
+            name, args = calls.get(str(call.get("id")), ("tool", ""))
+            found.append(f"{name} {args}".strip())
+    return found
+
+
+def _line(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> str:
+    role = str(message.get("role"))
+    text = text_of(message.get("content"))
+    if role in ("tool", "function"):
+        name, args = calls.get(str(message.get("tool_call_id")), ("tool", ""))
+        return f"tool output of {name} {args}: {text}"
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {} if isinstance(call, dict) else {}
+        text += f"\n[calls {function.get('name')} {function.get('arguments')}]"
+    return f"{role}: {text}"
+
+
+def _summary_at(messages: list[dict[str, Any]]) -> int | None:
+    for n, message in enumerate(messages):
+        content = message.get("content")
+        if (
+            message.get("role") == "system"
+            and isinstance(content, str)
+            and content.startswith(OPEN_TAG)
+            and content.endswith(CLOSE_TAG)
+            and "_wire" not in message
+        ):
+            return n
+    return None
+
+
+def _index(pieces: list[Piece], settings: RecallSettings) -> str:
+    """The newest ``index_entries`` pieces, one line each, within ``_INDEX_MAX_CHARS``."""
+    head = f"Recall index (the {settings.tool_name} tool returns any of these verbatim):"
+    lines: list[str] = []
+    size = len(head)
+    for piece in reversed(pieces[-settings.index_entries :] if settings.index_entries else []):
+        line = escape_tags(f"- {piece.handle}: {piece.label}, {len(piece.text):,} chars")
+        if size + len(line) + 1 > _INDEX_MAX_CHARS:
+            break
+        lines.append(line)
+        size += len(line) + 1
+    left = len(pieces) - len(lines)
+    tail = [f"- ({left} older entries not listed)"] if left else []
+    return "\n".join([head, *reversed(lines), *tail])

@@ -1,0 +1,94 @@
+"""The recall tool in Anthropic Messages' shape (issue 20): a tool with an ``input_schema``, the
+model's ``tool_use`` blocks read from the message or from the stream's ``content_block_*``
+events, and the recall answered as ``tool_result`` blocks in a user message."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, Answered, ModelReply, ToolCall
+from proxy.dialects.chat_recall import recall_parameters, with_tool
+
+
+class AnthropicRecall:
+    def offer(self, body: dict[str, Any], name: str, description: str) -> dict[str, Any] | None:
+        tool = {"name": name, "description": description, "input_schema": recall_parameters()}
+        return with_tool(body, name, tool)
+
+    def read(self, data: bytes) -> ModelReply | None:
+        try:
+            content = json.loads(data)["content"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return _reply(content) if isinstance(content, list) else None
+
+    def classify(self, event: Mapping[str, Any]) -> int:
+        if event.get("type") != "content_block_start":
+            return UNDECIDED
+        kind = (event.get("content_block") or {}).get("type")
+        if kind == "text":
+            return TEXT
+        return TOOL if kind in ("tool_use", "server_tool_use") else UNDECIDED
+
+    def read_stream(self, events: Sequence[Mapping[str, Any]]) -> ModelReply | None:
+        blocks: dict[int, dict[str, Any]] = {}
+        partial: dict[int, str] = {}
+        for event in events:
+            index = event.get("index")
+            if event.get("type") == "content_block_start" and isinstance(index, int):
+                blocks[index] = dict(event.get("content_block") or {})
+            elif event.get("type") == "content_block_delta" and index in blocks:
+                delta = event.get("delta") or {}
+                kind = delta.get("type")
+                block = blocks[index]
+                if kind == "input_json_delta":
+                    partial[index] = partial.get(index, "") + str(delta.get("partial_json") or "")
+                elif kind == "text_delta":
+                    block["text"] = block.get("text", "") + str(delta.get("text") or "")
+                elif kind == "thinking_delta":
+                    block["thinking"] = block.get("thinking", "") + str(delta.get("thinking") or "")
+                elif kind == "signature_delta":
+                    block["signature"] = str(delta.get("signature") or "")
+        for index, text in partial.items():
+            try:
+                blocks[index]["input"] = json.loads(text) if text else {}
+            except ValueError:
+                blocks[index]["input"] = {}
+        return _reply([blocks[i] for i in sorted(blocks)])
+
+    def ask_again(self, body: dict[str, Any], answered: Answered) -> dict[str, Any]:
+        reply, answers, name = answered.reply, answered.answers, answered.name
+        # Thinking and text stay with the calls they led to; the client's own calls go (the
+        # model makes them again once it has what it recalled).
+        turn = [
+            b
+            for b in reply.turn
+            if isinstance(b, Mapping) and (b.get("type") != "tool_use" or b.get("name") == name)
+        ]
+        results = [
+            {"type": "tool_result", "tool_use_id": call_id, "content": text}
+            for call_id, text in answers.items()
+        ]
+        messages = [
+            *body["messages"],
+            {"role": "assistant", "content": turn},
+            {"role": "user", "content": results},
+        ]
+        again = {**body, "messages": messages}
+        if answered.last:
+            again["tool_choice"] = {"type": "none"}
+        return again
+
+
+def _reply(content: list[Any]) -> ModelReply:
+    calls = tuple(
+        ToolCall(str(b.get("id") or ""), str(b.get("name") or ""), json.dumps(b.get("input") or {}))
+        for b in content
+        if isinstance(b, Mapping) and b.get("type") == "tool_use"
+    )
+    return ModelReply(calls, tuple(content))
+
+
+ANTHROPIC_RECALL = AnthropicRecall()

@@ -1,0 +1,147 @@
+"""The recall tool in chat completions' shape (issue 20): a ``function`` tool in ``tools``, the
+model's ``tool_calls`` read from ``choices[0].message`` or from the stream's deltas, and the
+recall answered as ``tool`` messages after the assistant's call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, Answered, ModelReply, ToolCall
+
+
+def recall_parameters() -> dict[str, Any]:
+    """The tool's JSON schema, the same in every dialect."""
+    return {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "description": "The recall id, e.g. r3kq7d2mzp."},
+            "query": {
+                "type": "string",
+                "description": "Optional: return only the lines containing this text, with a "
+                "few lines around each.",
+            },
+        },
+        "required": ["id"],
+    }
+
+
+def forbids_tools(tool_choice: object) -> bool:
+    """``tool_choice: none`` (every OpenAI API; Anthropic's is ``{"type": "none"}``)."""
+    if tool_choice == "none":
+        return True
+    return isinstance(tool_choice, Mapping) and tool_choice.get("type") == "none"
+
+
+def declared_names(tools: object) -> set[str]:
+    """The names of the tools a request declares, in any dialect's shape."""
+    names: set[str] = set()
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, Mapping):
+            continue
+        function = tool.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            names.add(function["name"])
+        if isinstance(tool.get("name"), str):
+            names.add(tool["name"])
+    return names
+
+
+def with_tool(body: dict[str, Any], name: str, tool: dict[str, Any]) -> dict[str, Any] | None:
+    """``body`` with ``tool`` (named ``name``) after its own tools, or None when the client
+    declared a tool of that name or its tool_choice forbids tools."""
+    tools = body.get("tools")
+    if forbids_tools(body.get("tool_choice")) or name in declared_names(tools):
+        return None
+    return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+
+
+class ChatRecall:
+    def offer(self, body: dict[str, Any], name: str, description: str) -> dict[str, Any] | None:
+        function = {"name": name, "description": description, "parameters": recall_parameters()}
+        return with_tool(body, name, {"type": "function", "function": function})
+
+    def read(self, data: bytes) -> ModelReply | None:
+        try:
+            message = json.loads(data)["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
+        if not isinstance(message, dict):
+            return None
+        return ModelReply(_calls(message.get("tool_calls")), (message,))
+
+    def classify(self, event: Mapping[str, Any]) -> int:
+        for choice in event.get("choices") or ():
+            delta = choice.get("delta") or {} if isinstance(choice, Mapping) else {}
+            if delta.get("tool_calls"):
+                return TOOL
+            if delta.get("content") or delta.get("refusal"):
+                return TEXT
+        return UNDECIDED
+
+    def read_stream(self, events: Sequence[Mapping[str, Any]]) -> ModelReply | None:
+        content: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        for event in events:
+            for choice in event.get("choices") or ():
+                delta = choice.get("delta") or {}
+                if isinstance(delta.get("content"), str):
+                    content.append(delta["content"])
+                for part in delta.get("tool_calls") or ():
+                    call = calls.setdefault(
+                        int(part.get("index", 0)), {"id": "", "name": "", "arguments": ""}
+                    )
+                    function = part.get("function") or {}
+                    call["id"] = part.get("id") or call["id"]
+                    call["name"] += function.get("name") or ""
+                    call["arguments"] += function.get("arguments") or ""
+        tool_calls = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for _, c in sorted(calls.items())
+        ]
+        message = {
+            "role": "assistant",
+            "content": "".join(content) or None,
+            "tool_calls": tool_calls,
+        }
+        return ModelReply(_calls(tool_calls), (message,))
+
+    def ask_again(self, body: dict[str, Any], answered: Answered) -> dict[str, Any]:
+        reply, answers, name = answered.reply, answered.answers, answered.name
+        message = dict(reply.turn[0]) if reply.turn else {"role": "assistant", "content": None}
+        message["tool_calls"] = [
+            c
+            for c in message.get("tool_calls") or ()
+            if (c.get("function") or {}).get("name") == name
+        ]
+        results = [
+            {"role": "tool", "tool_call_id": call_id, "content": text}
+            for call_id, text in answers.items()
+        ]
+        again = {**body, "messages": [*body["messages"], message, *results]}
+        if answered.last:
+            again["tool_choice"] = "none"
+        return again
+
+
+def _calls(tool_calls: object) -> tuple[ToolCall, ...]:
+    found = []
+    for call in tool_calls if isinstance(tool_calls, list) else ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            found.append(
+                ToolCall(
+                    str(call.get("id") or ""),
+                    str(function.get("name") or ""),
+                    str(function.get("arguments") or ""),
+                )
+            )
+    return tuple(found)
+
+
+CHAT_RECALL = ChatRecall()

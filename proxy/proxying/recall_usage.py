@@ -1,0 +1,145 @@
+"""The usage a client gets after recall rounds (issue 20, docs/recall.md): the final call's, with
+each round's top-level usage numbers added (``prompt_tokens``/``input_tokens``,
+``completion_tokens``/``output_tokens``, ``total_tokens``, cache counts: whichever the final
+usage has). A whole answer's ``usage`` is rewritten; in a stream, each event carrying usage (a
+chat chunk's ``usage``, Responses' ``response.usage``, Anthropic's ``message.usage`` and
+``message_delta``'s ``usage``) is rewritten as it passes, the other events go out as they came.
+What is relayed is then decoded: its ``Content-Encoding`` and ``Content-Length`` are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from proxy.proxying.responses import BufferedResponse
+from proxy.types import RawHeaders
+from proxy.upstream.base import UpstreamResponse
+from proxy.upstream.content_coding import Decoder
+
+EVENT_END = re.compile(rb"(\r?\n\r?\n)")  # captured: re.split keeps each event's end
+_DECODED_DROPS = frozenset({b"content-encoding", b"content-length"})
+
+
+def round_usage(tail: bytes) -> dict[str, int]:
+    """A round's usage numbers from its decoded answer: a whole JSON body, or the SSE events
+    that carry usage (a later event's figure replaces an earlier one's: Anthropic's
+    ``message_delta`` states the final output count)."""
+    try:
+        whole = json.loads(tail)
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict):
+        return _ints(usage_in(whole))
+    found: dict[str, int] = {}
+    for event in EVENT_END.split(tail)[::2]:
+        data = sse_data(event)
+        if data is not None:
+            found.update(_ints(usage_in(data)))
+    return found
+
+
+def add_rounds(usage: dict[str, Any], rounds: list[dict[str, int]]) -> None:
+    """Add the rounds' numbers to ``usage`` in place, for the integer keys it has."""
+    for extra in rounds:
+        for key, value in extra.items():
+            if isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool):
+                usage[key] += value
+
+
+def body_with_rounds(
+    final: UpstreamResponse, decoded: bytes, rounds: list[dict[str, int]]
+) -> UpstreamResponse | None:
+    """The whole final answer with the rounds' usage added; None when it has no usage."""
+    try:
+        body = json.loads(decoded)
+    except ValueError:
+        return None
+    usage = usage_in(body) if isinstance(body, dict) else None
+    if usage is None:
+        return None
+    add_rounds(usage, rounds)
+    data = json.dumps(body, ensure_ascii=False).encode()
+    headers = _decoded_headers(final.headers)
+    headers.append((b"content-length", str(len(data)).encode()))
+    return BufferedResponse(final.status, headers, data)
+
+
+class StreamWithRounds:
+    """A streamed final answer relayed event by event, its usage events with the rounds added."""
+
+    def __init__(self, response: UpstreamResponse, rounds: list[dict[str, int]]) -> None:
+        self._response = response
+        self._rounds = rounds
+        self._decoder = Decoder.of(response.headers)
+        self.status = response.status
+        self.headers = _decoded_headers(response.headers)
+        self._summed = False  # an event's usage was rewritten
+
+    def summed(self) -> bool:
+        """Whether the stream's usage holds the rounds' (a chat stream without
+        ``stream_options.include_usage`` has no usage to add them to)."""
+        return self._summed
+
+    async def iter_raw(self) -> AsyncIterator[bytes]:
+        pending = b""
+        async for chunk in self._response.iter_raw():
+            pending += self._decoder.decode(chunk)
+            parts = EVENT_END.split(pending)
+            pending = parts.pop()  # what follows the last complete event
+            out = b"".join(
+                self._rewritten(event) + end
+                for event, end in zip(parts[::2], parts[1::2], strict=True)
+            )
+            if out:
+                yield out
+        if pending:
+            yield self._rewritten(pending)
+
+    def _rewritten(self, event: bytes) -> bytes:
+        data = sse_data(event)
+        usage = usage_in(data) if data is not None else None
+        if usage is None:
+            return event
+        add_rounds(usage, self._rounds)
+        self._summed = True
+        kept = [line for line in event.splitlines() if not line.startswith(b"data:")]
+        return b"\n".join([*kept, b"data: " + json.dumps(data, ensure_ascii=False).encode()])
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.iter_raw()])
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+def _decoded_headers(headers: RawHeaders) -> RawHeaders:
+    return [(k, v) for k, v in headers if k.lower() not in _DECODED_DROPS]
+
+
+def sse_data(event: bytes) -> dict[str, Any] | None:
+    """The JSON object of one SSE event's ``data:`` lines, or None ([DONE], comments)."""
+    lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
+    if not lines:
+        return None
+    try:
+        data = json.loads(b"\n".join(lines))
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def usage_in(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The usage object of a body or an event: its own, or its response's or message's."""
+    for holder in (data, data.get("response"), data.get("message")):
+        if isinstance(holder, Mapping) and isinstance(holder.get("usage"), dict):
+            return holder["usage"]
+    return None
+
+
+def _ints(usage: Mapping[str, Any] | None) -> dict[str, int]:
+    if usage is None:
+        return {}
+    return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}

@@ -1,0 +1,104 @@
+"""What compaction removed from a conversation, kept so the model can fetch it back (issue 20).
+
+One sealed value per conversation, beside its checkpoints and its ledger and kept the same way:
+under a key derived from the tenant and the conversation (``Tenancy.originals_key``), sealed with
+that key as associated data, bound to its owner (another owner's value reads as empty), with the
+store's TTL, written by compare-and-set. It holds handle -> text, oldest first, within a byte
+budget: adding past it evicts the oldest. A handle is looked up only in its own conversation's
+value, so a handle of another conversation or tenant is simply not there.
+
+The request path never sees a failure: ``keep`` answers None, ``find`` answers ``UNAVAILABLE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.errors import StoreError
+from proxy.state.owned import OwnedValues
+from proxy.state.store.base import Backend
+
+_WRITE_TIMEOUT_FACTOR = 4
+UNAVAILABLE = object()  # the store could not answer: not the same as "not kept"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What one ``keep`` did: pieces added, and pieces evicted to stay within the budget."""
+
+    added: int
+    evicted: int
+
+
+class Originals(OwnedValues):
+    """Per-conversation originals: kept by compare-and-set within a budget, found by handle."""
+
+    field = "items"  # [[handle, text], ...], oldest first
+
+    def _items(self, key: str, owner: str, raw: bytes | None) -> dict[str, str]:
+        stored = self._open(key, owner, raw)
+        items: dict[str, str] = {}
+        for pair in stored if isinstance(stored, list) else ():
+            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(v, str) for v in pair):
+                items[pair[0]] = pair[1]
+        return items
+
+    async def keep(
+        self,
+        tenant: str,
+        conversation_id: str,
+        pieces: Sequence[tuple[str, str]],
+        *,
+        budget_bytes: int,
+    ) -> Kept | None:
+        """Add the ``pieces`` (handle, text) not kept yet, oldest first, evicting the oldest kept
+        past ``budget_bytes``; None when the store could not be written (never raises)."""
+        key = self._tenancy.originals_key(tenant, conversation_id)
+        owner = self._tenancy.owner(tenant, conversation_id)
+
+        def step(raw: bytes | None) -> tuple[bytes | None, Kept | None]:
+            items = self._items(key, owner, raw)
+            added = 0
+            for handle, text in pieces:
+                if handle not in items:
+                    items[handle] = text
+                    added += 1
+            if not added:
+                return None, Kept(0, 0)
+            evicted = _evict(items, budget_bytes)
+            return self._seal(key, owner, list(items.items())), Kept(added, evicted)
+
+        write = self._changing(key, step, otherwise=None)
+        try:
+            return await self._calls.call_or_fallback(write, factor=_WRITE_TIMEOUT_FACTOR)
+        except StoreError:
+            return None
+
+    async def find(self, tenant: str, conversation_id: str, handle: str) -> str | object | None:
+        """The text kept under ``handle`` in this conversation, None when it is not kept (never
+        was, evicted, expired, another conversation's), ``UNAVAILABLE`` when the store failed."""
+        key = self._tenancy.originals_key(tenant, conversation_id)
+        try:
+            raw = await self._calls.call(lambda b: b.get(key))
+        except StoreError:
+            return UNAVAILABLE
+        return self._items(key, self._tenancy.owner(tenant, conversation_id), raw).get(handle)
+
+    async def forget(self, backend: Backend, tenant: str, conversation_id: str) -> bool:
+        """Delete the conversation's originals from ``backend`` (the store's delete)."""
+        return await backend.delete(self._tenancy.originals_key(tenant, conversation_id))
+
+
+def _evict(items: dict[str, str], budget_bytes: int) -> int:
+    """Drop the oldest items until the rest fit ``budget_bytes`` (the newest always stays)."""
+    sizes = {h: len(t.encode("utf-8", "surrogatepass")) for h, t in items.items()}
+    total = sum(sizes.values())
+    evicted = 0
+    for handle in list(items):
+        if total <= budget_bytes or len(items) == 1:
+            break
+        total -= sizes[handle]
+        del items[handle]
+        evicted += 1
+    return evicted

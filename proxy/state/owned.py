@@ -1,0 +1,90 @@
+"""A small value kept per conversation beside its record (its ledger, its originals): under a
+key derived from the tenant and the conversation, sealed with that key as associated data,
+bound to its owner (a value of another owner reads as absent), with the store's TTL, changed
+by compare-and-set. ``proxy.state.ledgers`` and ``proxy.state.originals`` say what they keep."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import orjson
+
+from proxy import wirejson
+from proxy.state.resilient import ResilientBackend
+from proxy.state.sealing import Sealer, SealError
+from proxy.state.store.base import Backend
+from proxy.state.tenancy import Tenancy
+
+log = logging.getLogger("proxy.store.conversations")
+
+CAS_ATTEMPTS = 16
+T = TypeVar("T")
+# raw value (None: absent) -> (the sealed value to write, or None to write nothing; the result)
+Step = Callable[[bytes | None], tuple[bytes | None, T]]
+
+
+def _loads(plain: bytes) -> Any:
+    """JSON by orjson; by the standard library what orjson refuses (a lone surrogate a client
+    sent as its model's name, which ``wirejson.encode`` wrote escaped)."""
+    try:
+        return orjson.loads(plain)
+    except orjson.JSONDecodeError:
+        return json.loads(plain)
+
+
+class OwnedValues:
+    """The keeping of one kind of value (``field`` names it inside the sealed JSON)."""
+
+    field = "value"
+
+    def __init__(
+        self, calls: ResilientBackend, *, tenancy: Tenancy, sealer: Sealer, ttl_ms: int
+    ) -> None:
+        self._calls = calls
+        self._tenancy = tenancy
+        self._sealer = sealer
+        self._ttl_ms = ttl_ms
+
+    def _open(self, key: str, owner: str, raw: bytes | None) -> Any:
+        """The value stored under ``key`` for ``owner``; None when absent, unreadable or
+        another owner's."""
+        if raw is None:
+            return None
+        try:
+            data = _loads(self._sealer.open(raw, context=key.encode()))
+        except (SealError, ValueError) as exc:
+            log.warning("ignoring an unreadable stored %s: %s", self.field, exc)
+            return None
+        if not isinstance(data, Mapping) or data.get("owner") != owner:
+            return None
+        return data.get(self.field)
+
+    def _seal(self, key: str, owner: str, value: Any) -> bytes:
+        # orjson through wirejson: a ledger carries the console's timeline (a few KB, written
+        # after every answer), where the standard library's json costs ten times more.
+        plain = wirejson.encode({"owner": owner, self.field: value})
+        return self._sealer.seal(plain, context=key.encode())
+
+    def _changing(
+        self, key: str, step: Step[T], *, otherwise: T
+    ) -> Callable[[Backend], Awaitable[T]]:
+        """A write of ``key`` by compare-and-set: ``step`` sees the stored bytes and says what
+        to write; retried (with jitter) while another writer wins, ``otherwise`` if it never does."""
+
+        async def write(backend: Backend) -> T:
+            for attempt in range(CAS_ATTEMPTS):
+                raw = await backend.get(key)
+                sealed, result = step(raw)
+                if sealed is None:
+                    return result
+                if await backend.compare_and_set(key, raw, sealed, ttl_ms=self._ttl_ms):
+                    return result
+                await asyncio.sleep(random.uniform(0, min(0.001 * 2**attempt, 0.02)))
+            return otherwise
+
+        return write

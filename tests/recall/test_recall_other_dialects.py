@@ -1,0 +1,256 @@
+"""The recall tool on /v1/messages (Anthropic's SDK) and /v1/responses (OpenAI's Responses API),
+plain and streamed: the model's recall call is answered by the proxy in the dialect's own shape
+and the client gets only the final answer (issue 20)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import anthropic
+import pytest
+
+from tests.support.anthropic_provider import message
+from tests.support.clients import openai_client
+from tests.support.config import merged, summarizing
+from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
+from tests.support.recall_model import TOOL
+from tests.support.recall_provider import CLEARING
+from tests.support.sdk_clients import closed_after_test
+
+SECRET = "SECRET-4242"
+BIG = f"header\nthe port is {SECRET}\n" + "a line of the config file\n" * 80
+HANDLE = re.compile(r"recall id (r[a-z2-7]{10})")
+
+
+def _found(request: Received) -> str | None:
+    text = request.body.decode()
+    return "found: the port is " + SECRET if f"is {SECRET}" in text else None
+
+
+# --- Anthropic ------------------------------------------------------------------------------
+
+
+def _anthropic_history() -> list[dict[str, Any]]:
+    use = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.cfg"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": BIG}
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "read the config"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [result]},
+        {"role": "assistant", "content": "read it"},
+    ]
+    for n in range(3):
+        history += [
+            {"role": "user", "content": f"question {n}"},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]
+    return [*history, {"role": "user", "content": "what is the port?"}]
+
+
+def _anthropic_events(blocks: list[dict[str, Any]]) -> list[bytes]:
+    def event(name: str, data: dict[str, Any]) -> bytes:
+        return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+
+    start = message([], model="claude-x", stop=None)  # type: ignore[arg-type]
+    out = [
+        event(
+            "message_start",
+            {"message": {**start, "usage": {"input_tokens": 10, "output_tokens": 1}}},
+        )
+    ]
+    for i, block in enumerate(blocks):
+        if block["type"] == "text":
+            out.append(
+                event(
+                    "content_block_start",
+                    {"index": i, "content_block": {"type": "text", "text": ""}},
+                )
+            )
+            out.append(
+                event(
+                    "content_block_delta",
+                    {"index": i, "delta": {"type": "text_delta", "text": block["text"]}},
+                )
+            )
+        else:
+            head = {**block, "input": {}}
+            out.append(event("content_block_start", {"index": i, "content_block": head}))
+            raw = json.dumps(block["input"])
+            out.append(
+                event(
+                    "content_block_delta",
+                    {"index": i, "delta": {"type": "input_json_delta", "partial_json": raw}},
+                )
+            )
+        out.append(event("content_block_stop", {"index": i}))
+    stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
+    out.append(
+        event("message_delta", {"delta": {"stop_reason": stop}, "usage": {"output_tokens": 5}})
+    )
+    out.append(event("message_stop", {}))
+    return out
+
+
+def _anthropic_model(request: Received) -> Reply:
+    body = request.json()
+    found = _found(request)
+    handles = HANDLE.findall(request.body.decode())
+    offered = any(t.get("name") == TOOL for t in body.get("tools") or [])
+    if found is not None or not handles or not offered:
+        blocks = [{"type": "text", "text": found or "I don't know."}]
+    else:
+        blocks = [{"type": "tool_use", "id": "toolu_r", "name": TOOL, "input": {"id": handles[0]}}]
+    if body.get("stream"):
+        return sse_reply(_anthropic_events(blocks))
+    stop = "tool_use" if blocks[0]["type"] == "tool_use" else "end_turn"
+    return json_reply(message(blocks, model=body["model"], stop=stop))
+
+
+@pytest.fixture
+def anthropic_proxy(mock: MockUpstream, second_mock: MockUpstream, start_proxy):
+    second_mock.default = _anthropic_model
+    sections = merged({"upstream": {"anthropic_base_url": second_mock.url}})
+    return start_proxy(summarizing(mock.url, policy=CLEARING, **sections))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_recall_is_answered_with_a_tool_result(anthropic_proxy, second_mock, stream):
+    client = closed_after_test(
+        anthropic.Anthropic(
+            base_url=anthropic_proxy.url,
+            api_key="sk-ant-test",
+            max_retries=0,
+            default_headers={"X-Conversation-Id": f"anthropic-{stream}"},
+        )
+    )
+    options = dict(model="claude-x", max_tokens=100, messages=_anthropic_history())
+    if stream:
+        with client.messages.stream(**options) as events:
+            text = "".join(events.text_stream)
+            final = events.get_final_message()
+    else:
+        final = client.messages.create(**options)
+        text = final.content[0].text
+    assert text == f"found: the port is {SECRET}"
+    assert [b.type for b in final.content] == ["text"]  # no tool_use reaches the client
+    first, again = [r.json() for r in second_mock.received if r.path.endswith("/messages")][-2:]
+    assert [t["name"] for t in first["tools"]] == [TOOL]
+    stubbed = json.dumps(first["messages"])
+    assert "read_file a.cfg" in stubbed and f"is {SECRET}" not in stubbed
+    assert again["messages"][-1]["content"][0]["type"] == "tool_result"
+    assert f"is {SECRET}" in again["messages"][-1]["content"][0]["content"]
+    assert final.usage.input_tokens == 20  # the recall round's usage is added
+    assert final.usage.output_tokens == 10
+
+
+# --- Responses ------------------------------------------------------------------------------
+
+
+def _responses_history() -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "read the config"},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "read_file",
+            "arguments": '{"path": "a.cfg"}',
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": BIG},
+        {"role": "assistant", "content": "read it"},
+    ]
+    for n in range(3):
+        items += [
+            {"role": "user", "content": f"question {n}"},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]
+    return [*items, {"role": "user", "content": "what is the port?"}]
+
+
+def _response(output: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": "resp_mock",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": "gpt-4o",
+        "output": output,
+        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+    }
+
+
+def _responses_model(request: Received) -> Reply:
+    if not request.path.endswith("/responses"):
+        return json_reply({"object": "list", "data": []})
+    body = request.json()
+    found = _found(request)
+    handles = HANDLE.findall(request.body.decode())
+    offered = any(t.get("name") == TOOL for t in body.get("tools") or [])
+    if found is not None or not handles or not offered:
+        text = found or "I don't know."
+        item = {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+    else:
+        item = {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_r",
+            "name": TOOL,
+            "arguments": json.dumps({"id": handles[0]}),
+            "status": "completed",
+        }
+    response = _response([item])
+    if not body.get("stream"):
+        return json_reply(response)
+    events = [
+        ("response.created", {"response": {**response, "status": "in_progress", "output": []}}),
+        ("response.output_item.added", {"output_index": 0, "item": item}),
+    ]
+    if item["type"] == "message":
+        events.append(
+            (
+                "response.output_text.delta",
+                {"output_index": 0, "content_index": 0, "item_id": "msg_1", "delta": text},
+            )
+        )
+    events += [
+        ("response.output_item.done", {"output_index": 0, "item": item}),
+        ("response.completed", {"response": response}),
+    ]
+    return sse_reply(
+        [
+            f"event: {name}\ndata: {json.dumps({'type': name, 'sequence_number': n, **data})}\n\n".encode()
+            for n, (name, data) in enumerate(events)
+        ]
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_recall_is_answered_with_a_function_call_output(mock, start_proxy, stream):
+    mock.default = _responses_model
+    server = start_proxy(summarizing(mock.url, policy=CLEARING))
+    client = openai_client(server, f"responses-{stream}")
+    if stream:
+        events = list(
+            client.responses.create(model="gpt-4o", input=_responses_history(), stream=True)
+        )
+        final = next(e.response for e in events if e.type == "response.completed")
+        assert final.usage.input_tokens == 20
+        assert not any(
+            e.type == "response.output_item.added" and e.item.type == "function_call"
+            for e in events
+        )
+    else:
+        final = client.responses.create(model="gpt-4o", input=_responses_history())
+        assert final.usage.input_tokens == 20
+    assert final.output_text == f"found: the port is {SECRET}"
+    first, again = [r.json() for r in mock.received if r.path.endswith("/responses")][-2:]
+    assert [t["name"] for t in first["tools"]] == [TOOL]
+    assert again["input"][-1]["type"] == "function_call_output"
+    assert f"is {SECRET}" in again["input"][-1]["output"]
