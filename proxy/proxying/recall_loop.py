@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from proxy import wirejson
+from proxy import tracing, wirejson
 from proxy.compaction.recall import RecallSession
 from proxy.compaction.recall_contract import TEXT, TOOL, Answered, ModelReply
 from proxy.proxying.recall_usage import (
@@ -96,14 +96,18 @@ async def recall_rounds(
             break
         rounds += 1
         tails.append(looked.decoded)
-        answers = {call.id: await session.answer(call) for call in recalls}
-        if body is None:
-            body = wirejson.parse(sent)
-        last = rounds >= settings.max_rounds or time.monotonic() >= deadline
-        assert reply is not None
-        answered = Answered(reply, answers, session.tool_name, last)
-        body = session.shape.ask_again(body, answered)
-        response = await send(wirejson.encode(body))
+        # One span a round (proxy.tracing; a no-op while tracing is off): numbers only.
+        with tracing.span(
+            tracing.RECALL_ROUND, {"recall.round": rounds, "recall.calls": len(recalls)}
+        ):
+            answers = {call.id: await session.answer(call) for call in recalls}
+            if body is None:
+                body = wirejson.parse(sent)
+            last = rounds >= settings.max_rounds or time.monotonic() >= deadline
+            assert reply is not None
+            answered = Answered(reply, answers, session.tool_name, last)
+            body = session.shape.ask_again(body, answered)
+            response = await send(wirejson.encode(body))
     if not rounds:
         return Rounds(looked.response, [], summed=_no)
     final, summed = _with_rounds_usage(looked, [round_usage(t) for t in tails], streaming)

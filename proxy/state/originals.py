@@ -85,6 +85,14 @@ class Originals(OwnedValues):
             return UNAVAILABLE
         return self._items(key, self._tenancy.owner(tenant, conversation_id), raw).get(handle)
 
+    async def inspect(self, tenant: str, conversation_id: str) -> list[tuple[str, str]]:
+        """Every (handle, text) kept for the conversation, oldest first (the admin API's and the
+        console's view); StoreError when the store cannot answer."""
+        key = self._tenancy.originals_key(tenant, conversation_id)
+        raw = await self._calls.call(lambda b: b.get(key))
+        items = self._items(key, self._tenancy.owner(tenant, conversation_id), raw)
+        return list(items.items())
+
     async def forget(self, backend: Backend, tenant: str, conversation_id: str) -> bool:
         """Delete the conversation's originals from ``backend`` (the store's delete)."""
         return await backend.delete(self._tenancy.originals_key(tenant, conversation_id))

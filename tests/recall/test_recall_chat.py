@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from tests.support.clients import openai_client
+from tests.support.clients import admin_get, openai_client
 from tests.support.config import summarizing
 from tests.support.provider import SYSTEM, take_turn
 from tests.support.recall_model import TOOL
@@ -205,3 +205,22 @@ def test_a_summarized_turn_is_listed_in_the_summary_index_and_recalled(mock, sta
     assert "word is periwinkle" not in json.dumps(asked["messages"])  # summarized away ...
     index = re.findall(r"^- (r[a-z2-7]{10}): messages 1-\d+, [\d,]+ chars$", summary, re.M)
     assert index, summary  # ... and listed in the summary's recall index
+
+
+def test_the_admin_api_shows_what_is_kept_to_its_own_tenant_only(mock, start_proxy):
+    """``GET /admin/conversations/{id}/originals`` (the console's "what it replaced"): the kept
+    originals by handle, to the conversation's own tenant; another caller's key sees a 404."""
+    RecallProvider(mock)
+    server = start_proxy(summarizing(mock.url, policy=CLEARING))
+    client = openai_client(server, "recall-admin")
+    _cleared_history(client)
+
+    deadline = time.monotonic() + 5
+    while (shown := admin_get(server, "/conversations/recall-admin/originals")).status_code != 200:
+        assert time.monotonic() < deadline, shown.text  # the originals are written after answers
+        time.sleep(0.02)
+    data = shown.json()["data"]
+    assert any(SECRET in item["content"] for item in data)
+    assert all(re.fullmatch(r"r[a-z2-7]{10}", item["handle"]) for item in data)
+    other = admin_get(server, "/conversations/recall-admin/originals", key="sk-someone-else")
+    assert other.status_code == 404

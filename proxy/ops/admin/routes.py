@@ -13,6 +13,8 @@ store, ``corrections``, ``compacting``) and answers (``responses``); nothing els
   view a request must not change).
 - ``GET /admin/conversations/{id}/timeline``: its last answered requests, one point each
   (``proxy.state.timeline``), for the console.
+- ``GET /admin/conversations/{id}/originals``: what compaction removed and the proxy keeps for
+  recall (issue 20), oldest first, by handle; 404 when nothing is kept.
 - ``GET /admin/conversations/{id}/checkpoints/{cid}``: one checkpoint.
 - ``PUT /admin/conversations/{id}/summary``: a corrected text for the current summary;
   ``PATCH`` may name the checkpoint to correct (``"checkpoint"``).
@@ -168,6 +170,14 @@ def admin_routes(
             }
         )
 
+    async def show_originals(request: Request, tenant: str) -> Response:
+        cid = _conversation_id(request)
+        kept = await store.originals.inspect(tenant, cid)
+        if not kept:
+            return error_response(NotFound("nothing kept for this conversation", code="not_found"))
+        data = [{"handle": handle, "content": text} for handle, text in kept]
+        return AdminJSON({"conversation_id": cid, "data": data})
+
     async def show_checkpoint(request: Request, tenant: str) -> Response:
         record = await store.inspect(tenant, _conversation_id(request))
         checkpoint = record.get(request.path_params["checkpoint_id"]) if record else None
@@ -237,6 +247,7 @@ def admin_routes(
         Route(f"{conversation}/compact", endpoint(compact), methods=["POST"]),
         Route(f"{conversation}/ledger", endpoint(show_ledger), methods=["GET"]),
         Route(f"{conversation}/timeline", endpoint(show_timeline), methods=["GET"]),
+        Route(f"{conversation}/originals", endpoint(show_originals), methods=["GET"]),
         Route(conversation, endpoint(show), methods=["GET"]),
         Route(conversation, endpoint(forget), methods=["DELETE"]),
         Route("/preview", endpoint(preview), methods=["POST"]),

@@ -92,7 +92,11 @@ def test_a_tenant_sees_its_own_conversations_newest_first_and_opens_one(
     current = next(c for c in shown["checkpoints"] if c["id"] == shown["current"])
     assert page.locator("pre.summary").inner_text() == current["summary"]
     assert page.get_by_role("heading", name=f"Checkpoint {current['id']} (current)").is_visible()
-    expect(page.locator(".panel", has_text="What it replaced")).to_contain_text("Not kept")
+    # What it replaced: the originals the proxy keeps for recall (issue 20), by handle.
+    kept = admin_get(server, "/conversations/conv-new/originals").json()["data"]
+    replaced = page.locator(".panel", has_text="What it replaced")
+    expect(replaced).to_contain_text(kept[0]["handle"])
+    expect(replaced).to_contain_text("conv-new, step 0")
     # The timeline: a point per answered request, a marker where each summary started to apply.
     turns = admin_get(server, "/conversations/conv-new/timeline").json()["turns"]
     assert len(turns) == ledger["requests"] > 7

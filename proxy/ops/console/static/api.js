@@ -72,9 +72,9 @@ export const api = {
     return body && body.ledger;
   },
   timeline: (id) => call(conversationPath(id, "timeline"), { missing: true }),
-  // What a summary replaced, when the proxy keeps originals; absent (404): not kept.
-  originals: (id, checkpoint) =>
-    call(conversationPath(id, "checkpoints", checkpoint, "originals"), { missing: true }),
+  // What compaction removed and the proxy keeps for recall (a running summary replaced all of
+  // it, with the tool results cleared); absent (404): nothing kept.
+  originals: (id) => call(conversationPath(id, "originals"), { missing: true }),
   correct: (id, checkpoint, summary) =>
     call(conversationPath(id, "summary"), { method: "PATCH", json: { summary, checkpoint } }),
   restore: (id, checkpoint) =>

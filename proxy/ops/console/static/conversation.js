@@ -57,13 +57,13 @@ function timeline(turns, first) {
 }
 
 function replaced(original) {
-  if (original === null) return h("p", { class: "empty" }, "Not kept: this proxy does not keep what a summary replaced.");
+  if (original === null) return h("p", { class: "empty" }, "Not kept: nothing this conversation lost to compaction is kept (recall is off, or nothing was removed yet).");
   const items = original.data || original.originals || original.messages || original.items;
   if (!Array.isArray(items)) return h("pre", { class: "text" }, JSON.stringify(original, null, 2));
   return h("ol", { class: "originals" }, items.map((item) => {
     const text = typeof item.content === "string" ? item.content
       : typeof item.text === "string" ? item.text : JSON.stringify(item.content ?? item, null, 2);
-    return h("li", {}, h("span", { class: "role" }, item.role || item.kind || item.type || "item"), h("pre", { class: "text" }, text));
+    return h("li", {}, h("span", { class: "role" }, item.handle || item.role || item.kind || "item"), h("pre", { class: "text" }, text));
   }));
 }
 
@@ -185,7 +185,7 @@ export async function conversationPage(id, { show, api: calls }, selected = null
     const shown = record.checkpoints.find((c) => c.id === (selected || record.current)) || record.checkpoints[0];
     const original = h("div", { "aria-live": "polite" }, h("p", { class: "empty" }, "Loading…"));
     // Filled once it answers: the rest of the page does not wait for it.
-    calls.originals(id, shown.id).catch(() => null).then((found) => original.replaceChildren(replaced(found)));
+    calls.originals(id).catch(() => null).then((found) => original.replaceChildren(replaced(found)));
     parts.push(summaryPanel(calls, id, shown, record.current, original, reload), checkpoints(calls, id, record, shown.id, reload));
   } else {
     parts.push(h("p", { class: "empty" }, "No summary stored yet."));
