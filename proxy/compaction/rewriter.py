@@ -226,10 +226,10 @@ class Rewriter:
             self._paces.seen(conv, current)
         session = None
         if self._recall is not None:  # stubs and the summary name what they stand for
-            with tracing.span("compaction.recall.notes") as traced:
-                current, session = await self._recall.prepare(conv, current)
-                if traced is not None:
-                    traced.set_attribute("compaction.tokens_after", current.tokens_after)
+            planned = current.tokens_after
+            current, session = await self._recall.prepare(conv, current)
+            if current.tokens_after != planned and tracing.is_on():  # no span: an attribute
+                tracing.annotate({"compaction.recall.notes_tokens": current.tokens_after - planned})
         offer = session.with_tool if session is not None else None
         sent, added = await work(
             heavy, partial(render, conv, current, messages, outcome, offer=offer)
