@@ -242,20 +242,10 @@ class Rewriter:
             pending = replace(pending, prefix=PrefixSource(sent, dialect, incoming.call))
         if fell_back:  # native asked for where the provider offers none: which strategy ran
             added = [*added, (protocol.STRATEGY_BYTES, policy.strategy.encode())]
-        follow_up = PlannedFollowUp(
-            conv,
-            current,
-            messages,
-            models=self._models,
-            listeners=self._listeners,
-            rescue=self._rescue,
-            pending=pending,
-            spending=self._spending,
-        )
         return Decision(
             body=sent,
             response_headers=added,
-            follow_up=follow_up,
+            follow_up=self._follow_up(conv, current, messages, pending),
             streaming=body.get("stream") is True,
             recall=session,
         )
@@ -271,7 +261,19 @@ class Rewriter:
         """The request as the client sent it plus the provider's context management; the plan
         only counts it and, with ``shadow_summary``, asks for the summary never sent."""
         sent = unchanged(current)
-        follow_up = PlannedFollowUp(
+        follow_up = self._follow_up(conv, sent, messages, pending)
+        return self._natives.decision(native, conv=conv, current=sent, inner=follow_up)
+
+    def _follow_up(
+        self,
+        conv: Conversation,
+        sent: Plan,
+        messages: list[dict[str, Any]],
+        pending: PendingSummary | None,
+    ) -> PlannedFollowUp:
+        """What is done with the answer to ``sent`` (usage, windows, the overflow rescue, the
+        summary queued after it)."""
+        return PlannedFollowUp(
             conv,
             sent,
             messages,
@@ -281,7 +283,6 @@ class Rewriter:
             pending=pending,
             spending=self._spending,
         )
-        return self._natives.decision(native, conv=conv, current=sent, inner=follow_up)
 
     async def _pace_if_needed(
         self, conv: Conversation, current: Plan, *, priced: bool
