@@ -42,7 +42,7 @@ from proxy.compaction.spending import Spending
 from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summaries import Summaries
 from proxy.compaction.translation import Neutral, Translator
-from proxy.core.checkpoints import Record
+from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.core.tokens import TokenCounter
@@ -187,12 +187,11 @@ class Rewriter:
             conv = replace(conv, focus=focus)
         record = await self._stored.record(conv)
         pinned = protocol.pinned_checkpoint(headers)
-        current = await work(heavy, self._plan_applying, conv, record, pinned)
+        checkpoint, current = await work(heavy, self._plan_applying, conv, record, pinned)
         # Native: the provider compacts; the plan only counts (and may shadow): no price trigger.
         priced = pinned is None and native is None
         pace = await self._pace_if_needed(conv, current, priced=priced)
         if priced and self._price is not None and self._paces is not None:
-            checkpoint = self._stored.to_apply(conv, record, pinned)
             now = self._paces.clock()
             check = await work(heavy, self._price.check, conv, current, checkpoint, pace, now)
             if check is not None and check.fired:
@@ -320,14 +319,17 @@ class Rewriter:
             )
         return neutral
 
-    def _plan_applying(self, conv: Conversation, record: Record | None, pinned: str | None) -> Plan:
-        """The plan with the checkpoint to apply: the deepest, or the one the request pins
-        (``proxy.compaction.pinning``: applied even before a trigger fires, and read-only)."""
+    def _plan_applying(
+        self, conv: Conversation, record: Record | None, pinned: str | None
+    ) -> tuple[Checkpoint | None, Plan]:
+        """The checkpoint to apply (the deepest, or the one the request pins:
+        ``proxy.compaction.pinning``, applied even before a trigger fires, and read-only) and
+        the plan with it. Blocking: matching the history's hash chain is CPU work."""
         checkpoint = self._stored.to_apply(conv, record, pinned)
         if pinned is None or checkpoint is None or checkpoint.id != pinned:
-            return plan_with(conv, checkpoint, counter=self._counter)
+            return checkpoint, plan_with(conv, checkpoint, counter=self._counter)
         pinned_plan = plan_with(conv, replace(checkpoint, strategy="pinned"), counter=self._counter)
-        return replace(pinned_plan, summary_request=None)
+        return checkpoint, replace(pinned_plan, summary_request=None)
 
     def _untouched(self, raw: bytes, policy: str) -> Decision:
         return Decision(body=raw, response_headers=self._off(policy))
