@@ -20,60 +20,27 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from proxy.compaction.native import NativeAdapter
-from proxy.compaction.translation import Neutral
+from proxy.compaction.translation import Neutral, Translator
 from proxy.core.digests import DIALECT_FIELD
-from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 from proxy.errors import ProxyError
+
+__all__ = ["HASHED", "WIRE", "Dialect", "Neutral", "cleared_wires", "wire_groups"]
 
 WIRE = "_wire"
 HASHED = DIALECT_FIELD  # "_hash"
 
 
-class Dialect(Protocol):
+class Dialect(Translator, Protocol):
     """Translation of one wire dialect (chat completions, Responses API, Anthropic Messages):
-    its body to the neutral conversation and the plan back, and its error shape. Where its
-    requests go and with whose key is the route's (``proxy.proxying.targets``)."""
+    what compaction needs of it (``Translator``: parse, the neutral conversation, render, the
+    summary call on the cached prefix), and what the route needs besides: whether its bodies
+    are recorded, and its error shape. Where its requests go and with whose key is the route's
+    (``proxy.proxying.targets``)."""
 
-    name: str  # the route label of metrics and logs
-    history_field: str  # the body field holding the conversation, named in errors
-    # The body field that names a prompt cache bucket (OpenAI's prompt_cache_key), set on a
-    # body the proxy rewrites when the client sent none; None: the API has no such field.
-    cache_key_field: str | None
     # Its bodies are transcripts ``compaction-proxy eval`` replays as they are (chat-shaped):
     # the recorder (``record.path``) keeps them.
     records: bool
-    # The API's own context management (``strategy: native``); None: it has none.
-    native: NativeAdapter | None
-
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        """The parsed body; InvalidRequest when no request of this dialect could be valid."""
-        ...
-
-    def conversation(
-        self, body: dict[str, Any], *, facts: FactLookup | None = None
-    ) -> Neutral | None:
-        """The conversation to compact (``facts``: the request's message facts, for
-        validation); None when the body is not compactable as it is (the
-        provider holds the history): forwarded unchanged, ``X-Compaction: off``."""
-        ...
-
-    def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
-        """The body to send for ``plan`` (made from ``conversation(body)``)."""
-        ...
-
-    def summary_call(
-        self, sent: dict[str, Any], instruction: str, max_tokens: int
-    ) -> dict[str, Any] | None:
-        """The body asking the conversation's own model for a summary on the prompt ``sent``
-        (a body of this dialect, as the proxy sent it) with ``instruction`` after it; None when
-        this dialect makes none (``proxy.dialects.summary_calls``)."""
-        ...
-
-    def answer_text(self, answer: dict[str, Any]) -> str | None:
-        """The text of a (non-streamed) answer of this dialect; None when it holds none."""
-        ...
 
     def error_body(self, error: ProxyError) -> bytes:
         """An error of ours in this dialect's shape."""
