@@ -21,7 +21,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from proxy.errors import EvaluationError
 from proxy.tools.evaluation.proxy_parts import (
     POLICY_HEADER,
     Body,
+    BufferedResponse,
     ModelInfo,
     RawHeaders,
     Settings,
@@ -61,6 +62,7 @@ _CANNED = json.dumps(
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
 ).encode()
+_NOT_SERVED = b'{"error": {"message": "not served in a replay"}}'
 _SETTLE_POLL_SECONDS = 0.02
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 _DEPTH = re.compile(r"^proxy_background_queue_depth (\S+)$", re.M)
@@ -72,42 +74,9 @@ def _asks_for_summary(messages: list[dict[str, Any]]) -> bool:
     return isinstance(content, str) and content.startswith(PREFIX_INSTRUCTION)
 
 
-class _BodyResponse:
-    status = 200
-    headers: RawHeaders = [(b"content-type", b"application/json")]  # noqa: RUF012
-
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-
-    async def iter_raw(self) -> AsyncIterator[bytes]:
-        yield self._body
-
-    async def read(self) -> bytes:
-        return self._body
-
-    async def aclose(self) -> None:
-        return None
-
-
-class _FailedResponse(_BodyResponse):
-    status = 503
-
-    def __init__(self) -> None:
-        super().__init__(b'{"error": {"message": "not served in a replay"}}')
-
-
-class _CannedResponse:
-    status = 200
-    headers: RawHeaders = [(b"content-type", b"application/json")]  # noqa: RUF012
-
-    async def iter_raw(self) -> AsyncIterator[bytes]:
-        yield _CANNED
-
-    async def read(self) -> bytes:
-        return _CANNED
-
-    async def aclose(self) -> None:
-        return None
+def _answer(body: bytes, status: int = 200) -> BufferedResponse:
+    """An upstream answer of ``body`` (JSON)."""
+    return BufferedResponse(status, [(b"content-type", b"application/json")], body)
 
 
 class RecordingUpstream:
@@ -136,7 +105,7 @@ class RecordingUpstream:
         else:
             data = b"".join([chunk async for chunk in body])
         if not url.endswith("/chat/completions"):  # the window discovery's /models
-            return _CannedResponse()
+            return _answer(_CANNED)
         parsed = json.loads(data) if data else None
         messages = (parsed or {}).get("messages") or []
         if _asks_for_summary(messages):
@@ -144,21 +113,21 @@ class RecordingUpstream:
         self.last = parsed
         self.sent += 1
         self.prompts.append(messages)
-        return _CannedResponse()
+        return _answer(_CANNED)
 
     async def _summary_on_prefix(self, messages: list[dict[str, Any]], data: bytes) -> Any:
         if self._model_call is None:
-            return _FailedResponse()  # the proxy falls back to its quoted summarizer
+            return _answer(_NOT_SERVED, 503)  # the proxy falls back to its quoted summarizer
         try:
             answer = await self._model_call(data)
         except (httpx.HTTPError, EvaluationError):
-            return _FailedResponse()  # the proxy falls back to its quoted summarizer
+            return _answer(_NOT_SERVED, 503)  # the proxy falls back to its quoted summarizer
         try:
             text = json.loads(answer)["choices"][0]["message"]["content"] or ""
         except (ValueError, KeyError, IndexError, TypeError):
             text = ""
         self.prefix_summaries.append((messages, text))
-        return _BodyResponse(answer)
+        return _answer(answer)
 
     async def aclose(self) -> None:
         return None
