@@ -20,6 +20,7 @@ from proxy.compaction.windows import ModelWindows
 from proxy.config.settings import parse_settings
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_completions import CHAT
+from proxy.economics.prices import PriceTable
 from proxy.events import Listeners
 from proxy.state.opening import open_store
 from proxy.types import HeaderView
@@ -63,7 +64,11 @@ class Heard:
             listeners.subscribe(kind, self.events.append)
 
 
-def compactor(yaml_text: str, listeners: Listeners) -> tuple[Compactor, BackgroundQueue]:
+def compactor(
+    yaml_text: str, listeners: Listeners, **parts: Any
+) -> tuple[Compactor, BackgroundQueue]:
+    """A Compactor of ``yaml_text``'s settings, priced as its ``pricing:`` says; ``parts``
+    replace others (``clock``)."""
     settings = parse_settings(yaml_text, environ={})
     background = BackgroundQueue(max_queue=4, concurrency=1)
     made = Compactor(
@@ -75,6 +80,8 @@ def compactor(yaml_text: str, listeners: Listeners) -> tuple[Compactor, Backgrou
         windows=ModelWindows(settings.models, settings.upstream),
         calibration=Calibration(settings.calibration),
         listeners=listeners,
+        prices=PriceTable(settings.pricing),
+        **parts,
     )
     return made, background
 

@@ -11,22 +11,15 @@ before the window forces it, once a summary pays for itself over the turns to co
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
 
 from proxy import wirejson
-from proxy.compaction.background import BackgroundQueue
-from proxy.compaction.calibration import Calibration
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.decision import Incoming
-from proxy.compaction.settings import CompactionSettings
-from proxy.compaction.windows import ModelWindows
-from proxy.config.settings import parse_settings
-from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_completions import CHAT
-from proxy.economics.prices import PriceTable
-from proxy.state.opening import open_store
+from proxy.events import Listeners
 from proxy.types import HeaderView
+from tests.compaction.test_decide import Body
+from tests.compaction.test_decide import compactor as shared_compactor
 
 # gpt-4.1's prices, a window the conversation never nears: only the price trigger can fire.
 CONFIG = """
@@ -44,13 +37,6 @@ policies:
 MINUTE = 60.0
 
 
-class FixedSummary:
-    async def summarize(
-        self, transcript: Sequence[dict[str, Any]], *, previous: str | None, model: str, **_: Any
-    ) -> str:
-        return "SUMMARY of the early turns"
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 1_000.0
@@ -60,26 +46,7 @@ class Clock:
 
 
 def compactor(yaml_text: str, clock: Clock) -> Compactor:
-    settings = parse_settings(yaml_text, environ={})
-    return Compactor(
-        CompactionSettings.of(settings),
-        store=open_store(settings.store),
-        counter=TokenCounter(settings.model_table()),
-        summarizer_for=lambda caller, own=None: FixedSummary(),
-        background=BackgroundQueue(max_queue=4, concurrency=1),
-        windows=ModelWindows(settings.models, settings.upstream),
-        calibration=Calibration(settings.calibration),
-        prices=PriceTable(settings.pricing),
-        clock=clock,
-    )
-
-
-class Body:
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-
-    async def read(self) -> bytes:
-        return self.raw
+    return shared_compactor(yaml_text, Listeners(), clock=clock)[0]
 
 
 def turns(count: int, *, model: str = "priced-model") -> bytes:

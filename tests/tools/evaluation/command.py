@@ -19,11 +19,15 @@ POLICIES = {
 }
 
 
-def write_config(tmp_path: Path, mock: MockUpstream) -> str:
-    """The proxy's config file for ``eval`` against ``mock``; its path."""
+def write_config(
+    tmp_path: Path, mock: MockUpstream, policies: dict[str, Any] = POLICIES, **sections: Any
+) -> str:
+    """The proxy's config file for ``eval`` against ``mock`` (``sections``: more of it, e.g.
+    ``pricing``); its path."""
     path = tmp_path / "proxy.yaml"
     summarizer = {"model": SUMMARIZER, "max_summary_tokens": 512}
-    path.write_text(config_yaml(provider=mock.url, summarizer=summarizer, policies=POLICIES))
+    text = config_yaml(provider=mock.url, summarizer=summarizer, policies=policies, **sections)
+    path.write_text(text)
     return str(path)
 
 

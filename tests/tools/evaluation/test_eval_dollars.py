@@ -9,21 +9,12 @@ from pathlib import Path
 from proxy.tools.evaluation.synthetic import builtin_transcripts
 from tests.support.config import config_yaml
 from tests.support.mock_upstream import MockUpstream
-from tests.tools.evaluation.command import POLICIES, run_eval
+from tests.tools.evaluation.command import POLICIES, run_eval, write_config
 from tests.tools.evaluation.provider import ANSWERER, SUMMARIZER, EvalProvider
+from tests.tools.evaluation.test_eval_command import SIZE_ARGS
 
-SIZE_ARGS = ["--agent-rounds", "30", "--chat-turns", "20", "--documents", "6"]
 PRICE = {"input": 2.0, "cached_input": 0.5, "output": 8.0}  # gpt-4.1's
 PRICING = {"models": {ANSWERER: PRICE, SUMMARIZER: PRICE}}
-
-
-def write_config(tmp_path: Path, mock: MockUpstream, policies: dict) -> str:
-    path = tmp_path / "proxy.yaml"
-    summarizer = {"model": SUMMARIZER, "max_summary_tokens": 512}
-    path.write_text(
-        config_yaml(provider=mock.url, summarizer=summarizer, policies=policies, pricing=PRICING)
-    )
-    return str(path)
 
 
 def test_each_policy_is_priced_against_sending_direct(tmp_path: Path, mock: MockUpstream) -> None:
@@ -31,7 +22,7 @@ def test_each_policy_is_priced_against_sending_direct(tmp_path: Path, mock: Mock
     policies = {**POLICIES, "untouched": {"strategy": "off"}}
     report = run_eval(
         tmp_path,
-        write_config(tmp_path, mock, policies),
+        write_config(tmp_path, mock, policies, pricing=PRICING),
         "--policy",
         "default",
         "--policy",
@@ -69,7 +60,7 @@ def test_the_new_default_answers_at_least_as_well_as_the_old(
     policies = {"default": {}, "thresholds": {"trigger": {"pays": False}}}
     report = run_eval(
         tmp_path,
-        write_config(tmp_path, mock, policies),
+        write_config(tmp_path, mock, policies, pricing=PRICING),
         "--policy",
         "default",
         "--policy",
