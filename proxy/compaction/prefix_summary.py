@@ -116,19 +116,18 @@ async def summarize_on_prefix(
     max_tokens: int,
     counter: TokenCounter,
     focus: str | None = None,
-) -> tuple[str, BilledUsage | None]:
+) -> tuple[str, BilledUsage | None] | None:
     """The summary of ``transcript`` (``messages[:covered]`` after the preamble) asked on the
-    cached prefix, and what its call was billed. Raises SummarizerError."""
+    cached prefix, and what its call was billed; None when the dialect makes no such call (the
+    quoted summarizer then writes it). Raises SummarizerError."""
     dialect = source.dialect
+    instruction = instruction_for(messages, covered, focus)
+    # Parsing and encoding the sent body is CPU work in proportion to it: off the event loop.
+    call = await asyncio.to_thread(_summary_call, source, instruction, max_tokens)
+    if call is None:
+        return None
     try:
-        sent = json.loads(source.sent)
-    except ValueError as exc:
-        raise SummarizerError("the sent body is not JSON") from exc
-    body = dialect.summary_call(sent, instruction_for(messages, covered, focus), max_tokens)
-    if body is None:
-        raise SummarizerError(f"no summary on the prefix for {dialect.name}")
-    try:
-        raw = await source.call(wirejson.encode(body))
+        raw = await source.call(call)
     except ProxyError as exc:
         raise SummarizerError(f"summary on the prefix failed: {exc.message}") from exc
     try:
@@ -142,6 +141,18 @@ async def summarize_on_prefix(
         raise SummarizerError("summarizer refused")
     finished = await asyncio.to_thread(_finish, text, transcript, model, max_tokens, counter)
     return finished, billed_usage(raw, cast(Wire, dialect.name))
+
+
+def _summary_call(source: PrefixSource, instruction: str, max_tokens: int) -> bytes | None:
+    """The encoded body of the summary call after ``source.sent``; None: the dialect makes none."""
+    try:
+        sent = wirejson.parse(source.sent)
+    except ProxyError as exc:
+        raise SummarizerError("the sent body is not JSON") from exc
+    if not isinstance(sent, dict):
+        raise SummarizerError("the sent body is not a JSON object")
+    body = source.dialect.summary_call(sent, instruction, max_tokens)
+    return None if body is None else wirejson.encode(body)
 
 
 def _finish(

@@ -210,7 +210,7 @@ class Summaries:
         """The summary asked of the conversation's model on its cached prompt; None when that
         failed (the quoted summarizer is asked instead)."""
         try:
-            text, billed = await asyncio.wait_for(
+            made = await asyncio.wait_for(
                 summarize_on_prefix(
                     prefix,
                     conv.messages,
@@ -227,6 +227,9 @@ class Summaries:
             reason = exc.message if isinstance(exc, SummarizerError) else "timeout"
             logger.warning("a summary on the cached prefix failed, quoting instead: %s", reason)
             return None
+        if made is None:  # the dialect makes no such call (Responses): quoted, as documented
+            return None
+        text, billed = made
         return text, conv.model, billed
 
     async def _write_quoted(
