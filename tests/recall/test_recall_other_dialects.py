@@ -14,6 +14,13 @@ import pytest
 from tests.support.anthropic_provider import message
 from tests.support.clients import openai_client
 from tests.support.config import merged, summarizing
+from tests.support.dialect_streams import (
+    anthropic_stream,
+    response_body,
+    responses_call_item,
+    responses_stream,
+    responses_text_item,
+)
 from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
 from tests.support.recall_model import TOOL
 from tests.support.recall_provider import CLEARING
@@ -49,50 +56,6 @@ def _anthropic_history() -> list[dict[str, Any]]:
     return [*history, {"role": "user", "content": "what is the port?"}]
 
 
-def _anthropic_events(blocks: list[dict[str, Any]]) -> list[bytes]:
-    def event(name: str, data: dict[str, Any]) -> bytes:
-        return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
-
-    start = message([], model="claude-x", stop=None)  # type: ignore[arg-type]
-    out = [
-        event(
-            "message_start",
-            {"message": {**start, "usage": {"input_tokens": 10, "output_tokens": 1}}},
-        )
-    ]
-    for i, block in enumerate(blocks):
-        if block["type"] == "text":
-            out.append(
-                event(
-                    "content_block_start",
-                    {"index": i, "content_block": {"type": "text", "text": ""}},
-                )
-            )
-            out.append(
-                event(
-                    "content_block_delta",
-                    {"index": i, "delta": {"type": "text_delta", "text": block["text"]}},
-                )
-            )
-        else:
-            head = {**block, "input": {}}
-            out.append(event("content_block_start", {"index": i, "content_block": head}))
-            raw = json.dumps(block["input"])
-            out.append(
-                event(
-                    "content_block_delta",
-                    {"index": i, "delta": {"type": "input_json_delta", "partial_json": raw}},
-                )
-            )
-        out.append(event("content_block_stop", {"index": i}))
-    stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
-    out.append(
-        event("message_delta", {"delta": {"stop_reason": stop}, "usage": {"output_tokens": 5}})
-    )
-    out.append(event("message_stop", {}))
-    return out
-
-
 def _anthropic_model(request: Received) -> Reply:
     body = request.json()
     found = _found(request)
@@ -103,7 +66,7 @@ def _anthropic_model(request: Received) -> Reply:
     else:
         blocks = [{"type": "tool_use", "id": "toolu_r", "name": TOOL, "input": {"id": handles[0]}}]
     if body.get("stream"):
-        return sse_reply(_anthropic_events(blocks))
+        return sse_reply(anthropic_stream(blocks))
     stop = "tool_use" if blocks[0]["type"] == "tool_use" else "end_turn"
     return json_reply(message(blocks, model=body["model"], stop=stop))
 
@@ -168,18 +131,6 @@ def _responses_history() -> list[dict[str, Any]]:
     return [*items, {"role": "user", "content": "what is the port?"}]
 
 
-def _response(output: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "id": "resp_mock",
-        "object": "response",
-        "created_at": 1_700_000_000,
-        "status": "completed",
-        "model": "gpt-4o",
-        "output": output,
-        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
-    }
-
-
 def _responses_model(request: Received) -> Reply:
     if not request.path.endswith("/responses"):
         return json_reply({"object": "list", "data": []})
@@ -188,47 +139,12 @@ def _responses_model(request: Received) -> Reply:
     handles = HANDLE.findall(request.body.decode())
     offered = any(t.get("name") == TOOL for t in body.get("tools") or [])
     if found is not None or not handles or not offered:
-        text = found or "I don't know."
-        item = {
-            "type": "message",
-            "id": "msg_1",
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}],
-        }
+        item = responses_text_item(found or "I don't know.")
     else:
-        item = {
-            "type": "function_call",
-            "id": "fc_1",
-            "call_id": "call_r",
-            "name": TOOL,
-            "arguments": json.dumps({"id": handles[0]}),
-            "status": "completed",
-        }
-    response = _response([item])
+        item = responses_call_item(TOOL, {"id": handles[0]}, "call_r", "fc_1")
     if not body.get("stream"):
-        return json_reply(response)
-    events = [
-        ("response.created", {"response": {**response, "status": "in_progress", "output": []}}),
-        ("response.output_item.added", {"output_index": 0, "item": item}),
-    ]
-    if item["type"] == "message":
-        events.append(
-            (
-                "response.output_text.delta",
-                {"output_index": 0, "content_index": 0, "item_id": "msg_1", "delta": text},
-            )
-        )
-    events += [
-        ("response.output_item.done", {"output_index": 0, "item": item}),
-        ("response.completed", {"response": response}),
-    ]
-    return sse_reply(
-        [
-            f"event: {name}\ndata: {json.dumps({'type': name, 'sequence_number': n, **data})}\n\n".encode()
-            for n, (name, data) in enumerate(events)
-        ]
-    )
+        return json_reply(response_body([item]))
+    return sse_reply(responses_stream([item]))
 
 
 @pytest.mark.parametrize("stream", [False, True])

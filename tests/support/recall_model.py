@@ -92,13 +92,22 @@ def chat_calls(step: Step) -> list[dict[str, Any]]:
     return out
 
 
-def chat_tool_stream(calls: list[dict[str, Any]], *, model: str = "mock-model") -> list[bytes]:
-    """A streamed chat completion that only calls tools (each call's arguments in two deltas)."""
+def chat_tool_stream(
+    calls: list[dict[str, Any]],
+    *,
+    model: str = "mock-model",
+    preamble: str = "",
+    pause: float = 0.0,
+) -> list[bytes | float]:
+    """A streamed chat completion that calls tools (each call's arguments in two deltas), after
+    ``preamble`` text if any, and ``pause`` seconds after that text."""
 
     def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
         return chunk_event(delta, finish, model=model)
 
-    out = [event({"role": "assistant", "content": None})]
+    out: list[bytes | float] = [event({"role": "assistant", "content": None})]
+    if preamble:
+        out += [event({"content": preamble}), *([pause] if pause else [])]
     for index, call in enumerate(calls):
         args = call["function"]["arguments"]
         head = {"index": index, "id": call["id"], "type": "function"}

@@ -50,11 +50,13 @@ class RecallProvider(Provider):
         usage = (body.get("stream_options") or {}).get("include_usage") is True
         if step.text is not None:
             if body.get("stream"):
-                return sse_reply(_with_usage(sse_chunks([step.text[:3], step.text[3:]]), usage))
+                return sse_reply(
+                    with_usage_chunk(sse_chunks([step.text[:3], step.text[3:]]), usage)
+                )
             return json_reply(completion(step.text))
         calls = chat_calls(step)
         if body.get("stream"):
-            return sse_reply(_with_usage(chat_tool_stream(calls), usage))
+            return sse_reply(with_usage_chunk(chat_tool_stream(calls), usage))
         return json_reply(completion("", tool_calls=calls))
 
 
@@ -73,7 +75,7 @@ def recall_results(body: dict[str, Any]) -> list[str]:
     ]
 
 
-def _with_usage(chunks: list, usage: bool) -> list:
+def with_usage_chunk(chunks: list, usage: bool = True) -> list:
     """A stream with, when the request asked for it, its usage chunk before ``[DONE]``."""
     if not usage:
         return chunks

@@ -1,0 +1,345 @@
+"""A streamed reply that starts with text and then calls the recall tool (issue 20): models often
+write a sentence before a tool call. The text reaches the client at once; the recall call never
+does. The proxy answers it, asks again, and the client's stream goes on with the new answer, in
+each dialect's own terms (chat chunks, Anthropic content blocks, Responses output items), through
+the official clients."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.support.clients import openai_client
+from tests.support.config import merged, summarizing
+from tests.support.dialect_streams import (
+    anthropic_stream,
+    responses_call_item,
+    responses_stream,
+    responses_text_item,
+)
+from tests.support.mock_upstream import (
+    MockUpstream,
+    Received,
+    Reply,
+    json_reply,
+    sse_chunks,
+    sse_reply,
+)
+from tests.support.provider import SYSTEM, take_turn
+from tests.support.recall_model import TOOL, chat_tool_stream
+from tests.support.recall_provider import CLEARING, RecallProvider, with_usage_chunk
+from tests.support.sdk_clients import closed_after_test
+
+SECRET = "SECRET-5150"
+BIG = f"\nthe id is {SECRET}\n" + "filler line of a file\n" * 60
+HANDLE = re.compile(r"recall id (r[a-z2-7]{10})")
+PREAMBLE = "Let me look that up. "
+ANSWER = f"found: the id is {SECRET}"
+
+
+def _handle(request: Received) -> str:
+    return HANDLE.findall(request.body.decode())[0]
+
+
+def _recorded(asked: list[dict[str, Any]], reply: Any) -> Any:
+    """A mock script that keeps the request's body, then answers ``reply(request)``."""
+
+    def script(request: Received) -> Reply:
+        asked.append(request.json())
+        return reply(request)
+
+    return script
+
+
+# --- chat completions -----------------------------------------------------------------------
+
+
+def _call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
+    return {
+        "id": f"call_{name}_{n}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
+
+
+def _chat_setup(mock: MockUpstream, start_proxy, name: str, **config: Any):
+    RecallProvider(mock)
+    server = start_proxy(summarizing(mock.url, policy=CLEARING, **config))
+    client = openai_client(server, name)
+    history = [SYSTEM]
+    take_turn(client, history, "Step 0 TOOL", tool_output=BIG)
+    for turn in range(1, 4):
+        take_turn(client, history, f"Question {turn}: and then?")
+    history.append({"role": "user", "content": "what is the id?"})
+    return server, client, history
+
+
+def _text_then(*names: str, pause: float = 0.0):
+    """A streamed chat reply: the preamble, then a call of each tool named (recall: its handle)."""
+
+    def reply(request: Received) -> Reply:
+        calls = [
+            _call(n, {"id": _handle(request)} if n == TOOL else {"path": "a.py"}, i)
+            for i, n in enumerate(names)
+        ]
+        stream = chat_tool_stream(calls, preamble=PREAMBLE, pause=pause)
+        return sse_reply(with_usage_chunk(stream))
+
+    return reply
+
+
+def _chat_answer(request: Received) -> Reply:
+    return sse_reply(with_usage_chunk(sse_chunks(["found: ", f"the id is {SECRET}"])))
+
+
+def _streamed(client: openai.OpenAI, history: list[dict[str, Any]]):
+    """The chunks the client got, and when (monotonic) its first text came."""
+    chunks, first_text = [], None
+    stream = client.chat.completions.create(
+        model="gpt-4o", messages=history, stream=True, stream_options={"include_usage": True}
+    )
+    with stream:
+        for chunk in stream:
+            if first_text is None and chunk.choices and chunk.choices[0].delta.content:
+                first_text = time.monotonic()
+            chunks.append(chunk)
+    return chunks, first_text
+
+
+def _text(chunks) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def _finishes(chunks) -> list[str]:
+    return [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+
+
+def test_chat_text_then_a_recall_streams_the_text_at_once_then_the_answer(mock, start_proxy):
+    server, client, history = _chat_setup(mock, start_proxy, "after-text-chat")
+    asked: list[dict[str, Any]] = []
+    mock.push(_recorded(asked, _text_then(TOOL, pause=1.5)), _recorded(asked, _chat_answer))
+
+    chunks, first_text = _streamed(client, history)
+
+    assert _text(chunks) == PREAMBLE + ANSWER
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    assert _finishes(chunks) == ["stop"]  # the recall's "tool_calls" ending never came out
+    usage = chunks[-1].usage
+    assert (usage.prompt_tokens, usage.total_tokens) == (20, 30)  # both calls
+    # The provider paused 1.5 s after its preamble: the client had the text before that.
+    assert first_text is not None and mock.chunk_times[-1] - first_text > 1.0
+    # The re-ask carried what the model said and its recall call, then the original.
+    said, result = asked[1]["messages"][-2:]
+    assert said["content"] == PREAMBLE
+    assert [c["function"]["name"] for c in said["tool_calls"]] == [TOOL]
+    assert result["role"] == "tool" and SECRET in result["content"]
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert re.search(r"^proxy_recall_rounds_total 1\.0$", metrics, re.M), metrics
+
+
+def test_chat_text_then_a_client_tool_is_relayed_as_the_provider_sent_it(mock, start_proxy):
+    _, client, history = _chat_setup(mock, start_proxy, "after-text-own")
+    asked: list[dict[str, Any]] = []
+    mock.push(_recorded(asked, _text_then("read_file")))
+
+    chunks, _ = _streamed(client, history)
+
+    assert _text(chunks) == PREAMBLE
+    calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or ()]
+    assert {t.function.name for t in calls if t.function.name} == {"read_file"}
+    assert _finishes(chunks) == ["tool_calls"]
+    assert len(asked) == 1 and chunks[-1].usage.prompt_tokens == 10  # no round ran
+
+
+def test_chat_text_then_a_recall_with_a_client_call_gives_the_client_its_call_alone(
+    mock, start_proxy
+):
+    _, client, history = _chat_setup(mock, start_proxy, "after-text-mixed")
+    asked: list[dict[str, Any]] = []
+
+    def own(request: Received) -> Reply:
+        return sse_reply(with_usage_chunk(chat_tool_stream([_call("read_file", {"p": 1}, 9)])))
+
+    mock.push(_recorded(asked, _text_then(TOOL, "read_file")), _recorded(asked, own))
+
+    chunks, _ = _streamed(client, history)
+
+    assert _text(chunks) == PREAMBLE
+    calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or ()]
+    assert [t.function.name for t in calls if t.function.name] == ["read_file"]
+    assert {t.index for t in calls} == {0} and calls[0].id == "call_read_file_9"
+    assert _finishes(chunks) == ["tool_calls"]
+    said = asked[1]["messages"][-2]
+    assert [c["function"]["name"] for c in said["tool_calls"]] == [TOOL]  # recall only
+
+
+def test_chat_a_failed_re_ask_ends_the_stream_with_the_providers_error(mock, start_proxy):
+    _, client, history = _chat_setup(mock, start_proxy, "after-text-error")
+    busy = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate"}}
+    mock.push(_text_then(TOOL), json_reply(busy, status=429))
+
+    got: list[str] = []
+    with pytest.raises(openai.APIError, match="Rate limit reached"):
+        stream = client.chat.completions.create(model="gpt-4o", messages=history, stream=True)
+        for chunk in stream:
+            got.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+    assert "".join(got) == PREAMBLE
+
+
+# --- Anthropic ------------------------------------------------------------------------------
+
+
+def _anthropic_history() -> list[dict[str, Any]]:
+    use = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.cfg"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": BIG}
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "read the config"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [result]},
+        {"role": "assistant", "content": "read it"},
+    ]
+    for n in range(3):
+        history += [
+            {"role": "user", "content": f"question {n}"},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]
+    return [*history, {"role": "user", "content": "what is the id?"}]
+
+
+def _anthropic_text_then_recall(text: str, pause: float = 0.0):
+    def reply(request: Received) -> Reply:
+        recall = {
+            "type": "tool_use",
+            "id": "toolu_r",
+            "name": TOOL,
+            "input": {"id": _handle(request)},
+        }
+        return sse_reply(anthropic_stream([{"type": "text", "text": text}, recall], pause=pause))
+
+    return reply
+
+
+def _anthropic_answer(request: Received) -> Reply:
+    return sse_reply(anthropic_stream([{"type": "text", "text": ANSWER}]))
+
+
+@pytest.fixture
+def anthropic_client(mock: MockUpstream, second_mock: MockUpstream, start_proxy):
+    sections = merged({"upstream": {"anthropic_base_url": second_mock.url}})
+    server = start_proxy(summarizing(mock.url, policy=CLEARING, **sections))
+
+    def make(name: str) -> anthropic.Anthropic:
+        return closed_after_test(
+            anthropic.Anthropic(
+                base_url=server.url,
+                api_key="sk-ant-test",
+                max_retries=0,
+                default_headers={"X-Conversation-Id": name},
+            )
+        )
+
+    return make
+
+
+def test_anthropic_text_then_recalls_go_on_as_more_text_blocks(anthropic_client, second_mock):
+    """Two rounds after text: each answer's blocks follow those the client already has."""
+    asked: list[dict[str, Any]] = []
+    second_mock.push(
+        _recorded(asked, _anthropic_text_then_recall(PREAMBLE, pause=1.5)),
+        _recorded(asked, _anthropic_text_then_recall("One more look. ")),
+        _recorded(asked, _anthropic_answer),
+    )
+    client = anthropic_client("after-text-anthropic")
+    first_text = None
+    options = dict(model="claude-x", max_tokens=100, messages=_anthropic_history())
+    with client.messages.stream(**options) as events:
+        pieces = []
+        for piece in events.text_stream:
+            first_text = first_text or time.monotonic()
+            pieces.append(piece)
+        final = events.get_final_message()
+
+    assert "".join(pieces) == PREAMBLE + "One more look. " + ANSWER
+    assert [(b.type, b.text) for b in final.content] == [
+        ("text", PREAMBLE),
+        ("text", "One more look. "),
+        ("text", ANSWER),
+    ]
+    assert final.stop_reason == "end_turn"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (30, 15)  # three calls
+    assert first_text is not None and second_mock.chunk_times[-1] - first_text > 1.0
+    said, results = asked[1]["messages"][-2:]
+    assert [b["type"] for b in said["content"]] == ["text", "tool_use"]
+    assert said["content"][0]["text"] == PREAMBLE
+    assert results["content"][0]["type"] == "tool_result"
+    assert SECRET in results["content"][0]["content"]
+    assert len(asked) == 3
+
+
+# --- Responses ------------------------------------------------------------------------------
+
+
+def _responses_history() -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "read the config"},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "read_file",
+            "arguments": '{"path": "a.cfg"}',
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": BIG},
+        {"role": "assistant", "content": "read it"},
+    ]
+    for n in range(3):
+        items += [
+            {"role": "user", "content": f"question {n}"},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]
+    return [*items, {"role": "user", "content": "what is the id?"}]
+
+
+def test_responses_text_then_a_recall_goes_on_as_a_second_message(mock, start_proxy):
+    server = start_proxy(summarizing(mock.url, policy=CLEARING))
+    client = openai_client(server, "after-text-responses")
+    client.responses.create(model="gpt-4o", input=_responses_history()[:-1])  # stubs the output
+    asked: list[dict[str, Any]] = []
+
+    def text_then_recall(request: Received) -> Reply:
+        call = responses_call_item(TOOL, {"id": _handle(request)}, "call_r", "fc_r")
+        output = [responses_text_item(PREAMBLE, "msg_a"), call]
+        return sse_reply(responses_stream(output, response_id="resp_first", pause=1.5))
+
+    def answer(request: Received) -> Reply:
+        output = [responses_text_item(ANSWER, "msg_b")]
+        return sse_reply(responses_stream(output, response_id="resp_again"))
+
+    mock.push(_recorded(asked, text_then_recall), _recorded(asked, answer))
+    first_text = None
+    seen = []
+    with client.responses.stream(model="gpt-4o", input=_responses_history()) as stream:
+        for event in stream:
+            seen.append(event)
+            if event.type == "response.output_text.delta" and first_text is None:
+                first_text = time.monotonic()
+        final = stream.get_final_response()
+
+    assert final.output_text == PREAMBLE + ANSWER
+    assert [(i.type, i.id) for i in final.output] == [("message", "msg_a"), ("message", "msg_b")]
+    assert final.id == "resp_first"  # the id the stream opened with
+    assert final.usage.input_tokens == 20 and final.usage.output_tokens == 10
+    assert not any(getattr(getattr(e, "item", None), "type", "") == "function_call" for e in seen)
+    numbers = [e.sequence_number for e in seen if hasattr(e, "sequence_number")]
+    assert numbers == sorted(set(numbers))
+    assert first_text is not None and mock.chunk_times[-1] - first_text > 1.0
+    *_, said, call, result = asked[1]["input"]
+    assert said["type"] == "message" and said["content"][0]["text"] == PREAMBLE
+    assert call["type"] == "function_call" and call["name"] == TOOL
+    assert result["type"] == "function_call_output" and SECRET in result["output"]
