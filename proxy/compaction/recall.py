@@ -132,6 +132,7 @@ class RecallSession:
     pieces: dict[str, Piece]
     plan: Plan
     _round_usages: list[BilledUsage] = field(default_factory=list)
+    _rounds: int = 0
 
     @property
     def settings(self) -> RecallSettings:
@@ -179,29 +180,38 @@ class RecallSession:
     def _count(self, outcome: str) -> None:
         self.recall._listeners.emit(RecallAnswered(outcome))
 
-    def finished(self, rounds: int, round_tails: list[bytes]) -> int:
-        """The rounds are over: tell the metrics; the tokens the rounds were billed (prompt and
-        completion). Their pricing waits for the final answer (``after_rounds``)."""
+    def round_tokens(self, round_tails: list[bytes]) -> int:
+        """The tokens the rounds were billed (prompt and completion), from their answers."""
+        usages = (read_usage(self.conv.route, tail) for tail in round_tails)
+        return sum(u.prompt + u.output for u in usages if u is not None)
+
+    def finished(self, round_tails: list[bytes]) -> None:
+        """The rounds are over (one answer each in ``round_tails``): tell the metrics. Their
+        pricing waits for the final answer (``after_rounds``)."""
         self._round_usages = [
             u for u in (read_usage(self.conv.route, tail) for tail in round_tails) if u is not None
         ]
-        tokens = sum(u.prompt + u.output for u in self._round_usages)
-        if rounds:
-            self.recall._listeners.emit(RecallRounds(rounds, tokens))
-        return tokens
+        if round_tails:
+            tokens = sum(u.prompt + u.output for u in self._round_usages)
+            self.recall._listeners.emit(RecallRounds(len(round_tails), tokens))
+            self._rounds = len(round_tails)
 
     def _price(self, usage: BilledUsage) -> None:
         if self.recall._spending is not None:
             self.recall._spending.answered(self.conv, self.plan, usage)
 
-    def after_rounds(self, inner: _Answered | None, *, summed: Callable[[], bool]) -> _AfterRounds:
-        """The follow-up of an answer that came after recall rounds: it prices the answer, and
-        the rounds too unless ``summed()`` says the answer's usage holds them, and learns nothing
-        from it (its prompt is not the one planned: no calibration sample)."""
+    def after_rounds(self, inner: _FollowUp | None, *, summed: Callable[[], bool]) -> _AfterRounds:
+        """The follow-up of an answer that came after recall rounds (or may, a stream whose
+        rounds run while it is relayed): it prices the answer, and the rounds too unless
+        ``summed()`` says the answer's usage holds them, and learns nothing from it (its
+        prompt is not the one planned: no calibration sample). An answer that took no round
+        after all is the inner follow-up's."""
         return _AfterRounds(self, inner, summed)
 
 
-class _Answered(Protocol):
+class _FollowUp(Protocol):
+    def observe(self, status: int, headers: RawHeaders, tail: bytes) -> None: ...
+
     def answered(self) -> None: ...
 
 
@@ -209,13 +219,17 @@ class _AfterRounds:
     """A ``proxy.compaction.decision.FollowUp`` (not imported: the decision names this module)."""
 
     def __init__(
-        self, session: RecallSession, inner: _Answered | None, summed: Callable[[], bool]
+        self, session: RecallSession, inner: _FollowUp | None, summed: Callable[[], bool]
     ) -> None:
         self._session = session
         self._inner = inner
         self._summed = summed
 
     def observe(self, status: int, headers: RawHeaders, tail: bytes) -> None:
+        if not self._session._rounds:
+            if self._inner is not None:
+                self._inner.observe(status, headers, tail)
+            return
         usage = read_usage(self._session.conv.route, tail) if status == 200 else None
         if usage is not None:
             self._session._price(usage)

@@ -43,8 +43,21 @@ class Answered:
     last: bool
 
 
+class StreamSplice(Protocol):
+    """How a stream the client is reading goes on with the events of another answer (the one
+    that came after a recall answered mid-reply): opening events dropped, positions and ids
+    carried on from what the client has, the end made to describe the whole reply."""
+
+    def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """One event of the answer that goes on, as the client must see it; None: drop it."""
+
+
 class RecallShape(Protocol):
     """One dialect's side of the recall tool."""
+
+    # Bytes in every stream event that may start a tool call: events without them are relayed
+    # unparsed once the reply showed text.
+    call_marker: bytes
 
     def offer(self, body: dict[str, Any], name: str, description: str) -> dict[str, Any] | None:
         """``body`` with the recall tool added, or None when it must not be: the client declared
@@ -62,3 +75,6 @@ class RecallShape(Protocol):
     def ask_again(self, body: dict[str, Any], answered: Answered) -> dict[str, Any]:
         """``body`` followed by the assistant's recall calls (only those: the model calls its
         client tools again once it has what it recalled) and their results."""
+
+    def splice(self, relayed: Sequence[Mapping[str, Any]]) -> StreamSplice:
+        """How another answer's events go on from ``relayed``, the events the client has."""

@@ -13,6 +13,8 @@ from proxy.dialects.chat_recall import recall_parameters, with_tool
 
 
 class AnthropicRecall:
+    call_marker = b"content_block_start"
+
     def offer(self, body: dict[str, Any], name: str, description: str) -> dict[str, Any] | None:
         tool = {"name": name, "description": description, "input_schema": recall_parameters()}
         return with_tool(body, name, tool)
@@ -80,6 +82,36 @@ class AnthropicRecall:
         if answered.last:
             again["tool_choice"] = {"type": "none"}
         return again
+
+    def splice(self, relayed: Sequence[Mapping[str, Any]]) -> AnthropicSplice:
+        return AnthropicSplice(sum(1 for e in relayed if e.get("type") == "content_block_start"))
+
+
+_BLOCK_EVENTS = frozenset({"content_block_start", "content_block_delta", "content_block_stop"})
+
+
+class AnthropicSplice:
+    """The new answer's content blocks follow those the client has (their ``index`` shifted);
+    its ``message_start`` is dropped and its usage moved to the ``message_delta``, where the
+    SDKs take a count present as the message's total (the one the client had came from the
+    first answer's ``message_start``)."""
+
+    def __init__(self, blocks_relayed: int) -> None:
+        self._offset = blocks_relayed
+        self._start_usage: dict[str, Any] = {}
+
+    def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        kind = event.get("type")
+        if kind == "message_start":
+            usage = (event.get("message") or {}).get("usage")
+            self._start_usage = dict(usage) if isinstance(usage, Mapping) else {}
+            return None
+        if kind in _BLOCK_EVENTS and isinstance(event.get("index"), int):
+            return {**event, "index": event["index"] + self._offset}
+        if kind == "message_delta":
+            usage = event.get("usage")
+            return {**event, "usage": {**self._start_usage, **(usage or {})}}
+        return event
 
 
 def _reply(content: list[Any]) -> ModelReply:

@@ -58,6 +58,8 @@ def with_tool(body: dict[str, Any], name: str, tool: dict[str, Any]) -> dict[str
 
 
 class ChatRecall:
+    call_marker = b'"tool_calls"'
+
     def offer(self, body: dict[str, Any], name: str, description: str) -> dict[str, Any] | None:
         function = {"name": name, "description": description, "parameters": recall_parameters()}
         return with_tool(body, name, {"type": "function", "function": function})
@@ -127,6 +129,33 @@ class ChatRecall:
         if answered.last:
             again["tool_choice"] = "none"
         return again
+
+    def splice(self, relayed: Sequence[Mapping[str, Any]]) -> ChatSplice:
+        return ChatSplice(next((e["id"] for e in relayed if isinstance(e.get("id"), str)), None))
+
+
+class ChatSplice:
+    """Chunks go on under the first answer's id; the new answer's opening chunk (its role) is
+    dropped. Tool call indices need no shift: calls held back are never relayed."""
+
+    def __init__(self, completion_id: str | None) -> None:
+        self._id = completion_id
+
+    def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        choices = event.get("choices")
+        if choices and not event.get("usage") and all(_opening(c) for c in choices):
+            return None
+        return {**event, "id": self._id} if self._id is not None else event
+
+
+def _opening(choice: object) -> bool:
+    """A choice that says nothing yet: a role, empty content, no finish."""
+    if not isinstance(choice, Mapping) or choice.get("finish_reason") is not None:
+        return False
+    delta = choice.get("delta") or {}
+    return isinstance(delta, Mapping) and not any(
+        value for key, value in delta.items() if key != "role"
+    )
 
 
 def _calls(tool_calls: object) -> tuple[ToolCall, ...]:

@@ -14,6 +14,8 @@ from proxy.dialects.chat_recall import recall_parameters, with_tool
 
 
 class ResponsesRecall:
+    call_marker = b"response.output_item.added"
+
     def offer(self, body: dict[str, Any], name: str, description: str) -> dict[str, Any] | None:
         tool = {"name": name, "description": description, "parameters": recall_parameters()}
         return with_tool(body, name, {"type": "function", **tool})
@@ -47,12 +49,13 @@ class ResponsesRecall:
         items = (
             [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
         )
-        # Reasoning stays with the calls it led to; the client's own calls go.
+        # Reasoning and what the model said stay with the calls they led to; the client's own
+        # calls go. A message goes back by its text: an output item's id is only found again
+        # by the provider when it stored the response.
         turn = [
-            i
+            _said(i) if i.get("type") == "message" else i
             for i in reply.turn
             if isinstance(i, Mapping)
-            and i.get("type") != "message"
             and (i.get("type") != "function_call" or i.get("name") == name)
         ]
         results = [
@@ -63,6 +66,60 @@ class ResponsesRecall:
         if answered.last:
             again["tool_choice"] = "none"
         return again
+
+    def splice(self, relayed: Sequence[Mapping[str, Any]]) -> ResponsesSplice:
+        return ResponsesSplice(relayed)
+
+
+_OPENING = frozenset({"response.created", "response.queued", "response.in_progress"})
+
+
+class ResponsesSplice:
+    """The new answer's output items follow those the client has (``output_index`` shifted),
+    its events are numbered on from the last ``sequence_number`` relayed, its opening events
+    are dropped, and its final response (``response.completed``, ``.incomplete``, ``.failed``)
+    lists every item the client got under the id the stream opened with: the SDKs check that
+    a stream's response keeps its id."""
+
+    def __init__(self, relayed: Sequence[Mapping[str, Any]]) -> None:
+        self._offset = sum(1 for e in relayed if e.get("type") == "response.output_item.added")
+        self._items = [
+            e["item"]
+            for e in relayed
+            if e.get("type") == "response.output_item.done" and "item" in e
+        ]
+        numbers = [
+            e["sequence_number"] for e in relayed if isinstance(e.get("sequence_number"), int)
+        ]
+        self._number = max(numbers, default=-1)
+        opened = next((e["response"] for e in relayed if e.get("type") in _OPENING), None)
+        self._id = opened.get("id") if isinstance(opened, Mapping) else None
+
+    def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        if event.get("type") in _OPENING:
+            return None
+        out = dict(event)
+        if isinstance(out.get("output_index"), int):
+            out["output_index"] += self._offset
+        if isinstance(out.get("sequence_number"), int):
+            self._number += 1
+            out["sequence_number"] = self._number
+        response = out.get("response")
+        if isinstance(response, Mapping):
+            whole = {**response, "output": [*self._items, *(response.get("output") or [])]}
+            if self._id is not None:
+                whole["id"] = self._id
+            out["response"] = whole
+        return out
+
+
+def _said(item: Mapping[str, Any]) -> dict[str, Any]:
+    parts = item.get("content")
+    parts = parts if isinstance(parts, list) else []
+    text = "".join(
+        str(p.get("text") or p.get("refusal") or "") for p in parts if isinstance(p, Mapping)
+    )
+    return {"role": "assistant", "content": text}
 
 
 def _reply(output: list[Any]) -> ModelReply:

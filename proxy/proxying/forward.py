@@ -205,7 +205,7 @@ async def _with_recalls(answer: _Answer, request: _Request) -> _Answer:
         streaming=decision.streaming,
         send=request.send,
     )
-    if not rounds.headers:
+    if not rounds.headers and not rounds.later:
         return _Answer(rounds.response, decision, answer.observed)
     final = replace(
         decision,

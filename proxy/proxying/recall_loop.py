@@ -5,48 +5,41 @@ answer.
 
 - A plain answer is read whole (it is small next to the call it answers) and relayed unchanged
   when it calls no recall.
-- A stream is held only until its first event that says what the reply is: text (or a refusal)
-  is relayed at once from that event on, so a reply that starts with text waits for nothing but
-  the events before it (the stream's opening, reasoning); a tool call is read to the end of the
-  stream, then relayed unchanged if none of its calls is a recall.
+- A stream is held only until its first event that says what the reply is. A tool call is read
+  to the end of the stream, then relayed unchanged if none of its calls is a recall. Text (or a
+  refusal) is relayed at once from that event on, so a reply that starts with text waits for
+  nothing but the events before it (the stream's opening, reasoning); a recall it calls after
+  its text is answered by the stream itself (``proxy/proxying/recall_stream.py``).
 - Bounded: ``recall.max_rounds`` rounds, ``recall.timeout_seconds`` in all, and the re-ask that
   ends them forbids tools, so the model answers with what it has. A stream held past
   ``_MAX_HELD_BYTES`` undecided is relayed as it is.
 
 Headers ``X-Compaction-Recalls`` (rounds) and ``X-Compaction-Recall-Tokens`` (what the rounds
-were billed) go on the final answer, and its usage has the rounds' added
-(``proxy/proxying/recall_usage.py``).
+were billed) go on the final answer (counting the rounds run before its headers), and its usage
+has the rounds' added (``proxy/proxying/recall_usage.py``).
 """
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from proxy import tracing, wirejson
 from proxy.compaction.recall import RecallSession
-from proxy.compaction.recall_contract import TEXT, TOOL, Answered, ModelReply
+from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, ModelReply
+from proxy.proxying.recall_asker import Asker, Send
+from proxy.proxying.recall_stream import RecallStream, usage_events
 from proxy.proxying.recall_usage import (
     EVENT_END,
     StreamWithRounds,
     body_with_rounds,
-    round_usage,
     sse_data,
-    usage_in,
 )
 from proxy.proxying.responses import BufferedResponse, PrefixedResponse
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
 from proxy.upstream.content_coding import Decoder
 
-RECALLS = b"x-compaction-recalls"
-RECALL_TOKENS = b"x-compaction-recall-tokens"
 _MAX_HELD_BYTES = 8 * 1024 * 1024
-
-Send = Callable[[bytes], Awaitable[UpstreamResponse]]
 
 
 @dataclass
@@ -61,12 +54,14 @@ class _Looked:
 
 @dataclass(frozen=True)
 class Rounds:
-    """The answer to relay, the headers to add to it (none: no round ran), and whether its usage
-    holds the rounds' usage too (then it is priced as a whole; asked once it has been relayed)."""
+    """The answer to relay, the headers to add to it (none: no round ran before it), whether
+    its usage holds the rounds' usage too (then it is priced as a whole; asked once it has been
+    relayed), and whether rounds may still run while it is relayed (a ``RecallStream``)."""
 
     response: UpstreamResponse
     headers: RawHeaders
     summed: Callable[[], bool]
+    later: bool = False
 
 
 async def recall_rounds(
@@ -78,41 +73,29 @@ async def recall_rounds(
     send: Send,
 ) -> Rounds:
     """Answer the model's recall calls until its reply is final (see the module docstring)."""
-    settings = session.settings
-    deadline = time.monotonic() + settings.timeout_seconds
-    rounds = 0
-    tails: list[bytes] = []
-    body: dict[str, Any] | None = None
+    asker = Asker(session, sent, send)
     while True:
         if response.status != 200:
             looked = _Looked(response)
         elif streaming:
-            looked = await _look_at_stream(response, session)
+            looked = await _look_at_stream(response, asker)
         else:
             looked = await _look_at_body(response, session)
-        reply = looked.reply
-        recalls = [c for c in reply.calls if c.name == session.tool_name] if reply else []
-        if not recalls or rounds >= settings.max_rounds:
+        recalls = asker.recalls(looked.reply)
+        if not recalls:
             break
-        rounds += 1
-        tails.append(looked.decoded)
-        # One span a round (proxy.tracing; a no-op while tracing is off): numbers only.
-        with tracing.span(
-            tracing.RECALL_ROUND, {"recall.round": rounds, "recall.calls": len(recalls)}
-        ):
-            answers = {call.id: await session.answer(call) for call in recalls}
-            if body is None:
-                body = wirejson.parse(sent)
-            last = rounds >= settings.max_rounds or time.monotonic() >= deadline
-            assert reply is not None
-            answered = Answered(reply, answers, session.tool_name, last)
-            body = session.shape.ask_again(body, answered)
-            response = await send(wirejson.encode(body))
-    if not rounds:
+        assert looked.reply is not None
+        response = await asker.again(looked.reply, recalls, looked.decoded)
+    if isinstance(looked.response, RecallStream):
+        # Text is going out: the rounds run so far are in the headers, the stream runs any
+        # that come after the text and tells the session when it is closed.
+        headers = asker.headers() if asker.tails else []
+        return Rounds(looked.response, headers, summed=looked.response.summed, later=True)
+    if not asker.tails:
         return Rounds(looked.response, [], summed=_no)
-    final, summed = _with_rounds_usage(looked, [round_usage(t) for t in tails], streaming)
-    tokens = session.finished(rounds, tails)
-    headers = [(RECALLS, str(rounds).encode()), (RECALL_TOKENS, str(tokens).encode())]
+    final, summed = _with_rounds_usage(looked, asker.usages(), streaming)
+    headers = asker.headers()
+    session.finished(asker.tails)
     return Rounds(final, headers, summed=summed)
 
 
@@ -127,43 +110,41 @@ async def _look_at_body(response: UpstreamResponse, session: RecallSession) -> _
     return _Looked(held, session.shape.read(decoded), decoded)
 
 
-async def _look_at_stream(response: UpstreamResponse, session: RecallSession) -> _Looked:
+async def _look_at_stream(response: UpstreamResponse, asker: Asker) -> _Looked:
     decoder = Decoder.of(response.headers)
     if not decoder.readable:
         return _Looked(response)
+    shape = asker.session.shape
     chunks = response.iter_raw()
     raw = bytearray()
     text = b""
-    events: list[dict[str, Any]] = []
+    events: list[bytes] = []
     tool = False
     async for chunk in chunks:
         raw += chunk
         text += decoder.decode(chunk)
         *complete, text = EVENT_END.split(text)
-        for event in complete[::2]:  # each event, then its end
+        events += complete[::2]  # each event, then its end
+        for event in complete[::2] if not tool else ():
             data = sse_data(event)
-            if data is None:
-                continue
-            events.append(data)
-            if not tool:
-                kind = session.shape.classify(data)
-                if kind == TEXT:
-                    return _Looked(PrefixedResponse(response, bytes(raw), chunks))
-                tool = kind == TOOL
+            kind = shape.classify(data) if data is not None else UNDECIDED
+            if kind == TEXT:
+                stream = RecallStream(
+                    response, head=events, rest=text, chunks=chunks, decoder=decoder, asker=asker
+                )
+                return _Looked(stream)
+            if kind == TOOL:
+                tool = True
+                break
         if not tool and len(raw) > _MAX_HELD_BYTES:
             return _Looked(PrefixedResponse(response, bytes(raw), chunks))
     await response.aclose()
-    if text.strip() and (data := sse_data(text)) is not None:
-        events.append(data)
+    if text.strip():
+        events.append(text)
     held = BufferedResponse(response.status, response.headers, bytes(raw))
-    reply = session.shape.read_stream(events) if tool else None
-    return _Looked(held, reply, _usage_events(events))
-
-
-def _usage_events(events: list[dict[str, Any]]) -> bytes:
-    """A stream's events as SSE text again, for the usage reader (only those with usage)."""
-    kept = [e for e in events if usage_in(e)]
-    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in kept)
+    parsed = [data for e in events if (data := sse_data(e)) is not None]
+    reply = shape.read_stream(parsed) if tool else None
+    return _Looked(held, reply, usage_events(parsed))
 
 
 def _no() -> bool:

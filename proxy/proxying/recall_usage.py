@@ -14,6 +14,8 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import orjson
+
 from proxy.proxying.responses import BufferedResponse
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
@@ -62,7 +64,7 @@ def body_with_rounds(
         return None
     add_rounds(usage, rounds)
     data = json.dumps(body, ensure_ascii=False).encode()
-    headers = _decoded_headers(final.headers)
+    headers = decoded_headers(final.headers)
     headers.append((b"content-length", str(len(data)).encode()))
     return BufferedResponse(final.status, headers, data)
 
@@ -75,7 +77,7 @@ class StreamWithRounds:
         self._rounds = rounds
         self._decoder = Decoder.of(response.headers)
         self.status = response.status
-        self.headers = _decoded_headers(response.headers)
+        self.headers = decoded_headers(response.headers)
         self._summed = False  # an event's usage was rewritten
 
     def summed(self) -> bool:
@@ -105,8 +107,7 @@ class StreamWithRounds:
             return event
         add_rounds(usage, self._rounds)
         self._summed = True
-        kept = [line for line in event.splitlines() if not line.startswith(b"data:")]
-        return b"\n".join([*kept, b"data: " + json.dumps(data, ensure_ascii=False).encode()])
+        return with_data(event, data)
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_raw()])
@@ -115,19 +116,35 @@ class StreamWithRounds:
         await self._response.aclose()
 
 
-def _decoded_headers(headers: RawHeaders) -> RawHeaders:
+def decoded_headers(headers: RawHeaders) -> RawHeaders:
     return [(k, v) for k, v in headers if k.lower() not in _DECODED_DROPS]
+
+
+def with_data(event: bytes, data: dict[str, Any]) -> bytes:
+    """``event`` with its ``data:`` lines replaced by ``data`` (its other lines kept)."""
+    kept = [line for line in event.splitlines() if not line.startswith(b"data:")]
+    try:
+        encoded = orjson.dumps(data)
+    except TypeError:  # an integer beyond 64 bits
+        encoded = json.dumps(data, ensure_ascii=False).encode()
+    return b"\n".join([*kept, b"data: " + encoded])
 
 
 def sse_data(event: bytes) -> dict[str, Any] | None:
     """The JSON object of one SSE event's ``data:`` lines, or None ([DONE], comments)."""
-    lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
-    if not lines:
+    if event.startswith(b"data:") and b"\n" not in event:  # a chat chunk: one line
+        text = event[5:]
+    else:
+        text = b"\n".join(line[5:] for line in event.splitlines() if line.startswith(b"data:"))
+    if not text.strip():
         return None
     try:
-        data = json.loads(b"\n".join(lines))
-    except ValueError:
-        return None
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:  # a lone surrogate, a huge integer: the slower reader
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
     return data if isinstance(data, dict) else None
 
 

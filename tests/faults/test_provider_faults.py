@@ -99,7 +99,9 @@ def test_a_compressed_overflow_answer_is_rescued_and_teaches_the_window(
     provider = Provider(upstream)
     provider.window_tokens = 700
     upstream.compression = coding
-    server = start_proxy(near_the_window(upstream.url, upstream={"discover_windows": False}))
+    # Recall off: a stream it watches goes out decoded (tests/recall/test_recall_after_text.py).
+    sections = {"upstream": {"discover_windows": False}, "recall": {"enabled": False}}
+    server = start_proxy(near_the_window(upstream.url, **sections))
 
     seen = chat_turns(caller_client(server, f"gz-{coding}-{stream}"), 14, stream=stream)
 

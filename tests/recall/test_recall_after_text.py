@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.clients import openai_client
+from tests.support.clients import ledger_after, openai_client
 from tests.support.config import merged, summarizing
 from tests.support.dialect_streams import (
     anthropic_stream,
@@ -123,6 +123,7 @@ def _finishes(chunks) -> list[str]:
 
 def test_chat_text_then_a_recall_streams_the_text_at_once_then_the_answer(mock, start_proxy):
     server, client, history = _chat_setup(mock, start_proxy, "after-text-chat")
+    before = ledger_after(server, "after-text-chat", len(mock.chat_requests()))
     asked: list[dict[str, Any]] = []
     mock.push(_recorded(asked, _text_then(TOOL, pause=1.5)), _recorded(asked, _chat_answer))
 
@@ -142,6 +143,27 @@ def test_chat_text_then_a_recall_streams_the_text_at_once_then_the_answer(mock, 
     assert result["role"] == "tool" and SECRET in result["content"]
     metrics = httpx.get(f"{server.url}/metrics").text
     assert re.search(r"^proxy_recall_rounds_total 1\.0$", metrics, re.M), metrics
+    # The ledger priced the answer once, with the round's tokens in it.
+    after = ledger_after(server, "after-text-chat", before["requests"] + 1)
+    assert after["requests"] == before["requests"] + 1
+    assert after["prompt_tokens"] - before["prompt_tokens"] == 20
+
+
+def test_chat_a_gzip_stream_is_spliced_and_relayed_decoded(mock, start_proxy):
+    """The provider compresses its streams: the proxy reads them to splice, so what it relays
+    is decoded (no Content-Encoding), whatever the client accepted."""
+    _, client, history = _chat_setup(mock, start_proxy, "after-text-gzip")
+    mock.compression = "gzip"
+    mock.push(_text_then(TOOL), _chat_answer)
+
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=history, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(raw.parse())
+
+    assert "content-encoding" not in raw.headers
+    assert _text(chunks) == PREAMBLE + ANSWER and _finishes(chunks) == ["stop"]
+    assert mock.chat_requests()[-1].headers["accept-encoding"] == "gzip, deflate"
 
 
 def test_chat_text_then_a_client_tool_is_relayed_as_the_provider_sent_it(mock, start_proxy):
@@ -340,6 +362,6 @@ def test_responses_text_then_a_recall_goes_on_as_a_second_message(mock, start_pr
     assert numbers == sorted(set(numbers))
     assert first_text is not None and mock.chunk_times[-1] - first_text > 1.0
     *_, said, call, result = asked[1]["input"]
-    assert said["type"] == "message" and said["content"][0]["text"] == PREAMBLE
+    assert said == {"role": "assistant", "content": PREAMBLE}  # by its text, not its id
     assert call["type"] == "function_call" and call["name"] == TOOL
     assert result["type"] == "function_call_output" and SECRET in result["output"]

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 import re
 import socket
-import time
 from typing import Any
 
-from tests.support.clients import admin_get, openai_client
+from tests.support.clients import ledger_after, openai_client
 from tests.support.config import summarizing
 from tests.support.mock_upstream import Received, Reply, completion, json_reply
 from tests.support.provider import SYSTEM, take_turn
@@ -133,28 +132,17 @@ def test_a_store_that_is_down_leaves_recall_working_from_the_request(mock, start
     assert raw.headers["x-compaction-recalls"] == "1"
 
 
-def _ledger(server, conversation: str, requests: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 10
-    while True:
-        response = admin_get(server, f"/conversations/{conversation}/ledger")
-        ledger = response.json().get("ledger") if response.status_code == 200 else None
-        if ledger is not None and ledger["requests"] >= requests:
-            return ledger
-        assert time.monotonic() < deadline, response.text
-        time.sleep(0.02)
-
-
 def test_the_ledger_prices_each_call_once(mock, start_proxy):
     RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "limits-ledger")
     history = _history(client)
     calls = len(mock.chat_requests())
-    before = _ledger(server, "limits-ledger", calls)
+    before = ledger_after(server, "limits-ledger", calls)
     history.append({"role": "user", "content": f"RECALL {SECRET}"})
     client.chat.completions.create(model="gpt-4o", messages=history)  # one round, then final
     # The final answer's usage holds the round's: one request priced, both calls' tokens.
-    after = _ledger(server, "limits-ledger", before["requests"] + 1)
+    after = ledger_after(server, "limits-ledger", before["requests"] + 1)
     assert after["requests"] == before["requests"] + 1
     assert after["prompt_tokens"] - before["prompt_tokens"] == 20
     assert after["output_tokens"] - before["output_tokens"] == 10

@@ -3,6 +3,7 @@ admin API asked on behalf of a caller."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -49,3 +50,16 @@ def admin_get(
 def admin_view(server: ThreadedUvicorn, conversation: str, *, key: str = KEY) -> dict[str, Any]:
     """The conversation as the admin API shows it to the caller with ``key``."""
     return admin_get(server, f"/conversations/{conversation}", key=key).json()
+
+
+def ledger_after(server: ThreadedUvicorn, conversation: str, requests: int) -> dict[str, Any]:
+    """The conversation's ledger once it has priced ``requests`` requests (it is written after
+    the answer, off the request's path)."""
+    deadline = time.monotonic() + 10
+    while True:
+        response = admin_get(server, f"/conversations/{conversation}/ledger")
+        ledger = response.json().get("ledger") if response.status_code == 200 else None
+        if ledger is not None and ledger["requests"] >= requests:
+            return ledger
+        assert time.monotonic() < deadline, response.text
+        time.sleep(0.02)

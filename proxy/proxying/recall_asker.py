@@ -1,0 +1,68 @@
+"""The recall rounds of one request, one at a time (issue 20): a reply's recall calls answered
+from the originals and the request sent again with them; what the rounds were billed. The loop
+(``recall_loop.py``) and a stream that recalls after its text (``recall_stream.py``) share one
+``Asker`` per request, so ``recall.max_rounds`` and ``recall.timeout_seconds`` bound them all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from proxy import tracing, wirejson
+from proxy.compaction.recall import RecallSession
+from proxy.compaction.recall_contract import Answered, ModelReply, ToolCall
+from proxy.proxying.recall_usage import round_usage
+from proxy.types import RawHeaders
+from proxy.upstream.base import UpstreamResponse
+
+RECALLS = b"x-compaction-recalls"
+RECALL_TOKENS = b"x-compaction-recall-tokens"
+
+Send = Callable[[bytes], Awaitable[UpstreamResponse]]
+
+
+class Asker:
+    """The rounds of one request: each answers a reply's recall calls and asks again."""
+
+    def __init__(self, session: RecallSession, sent: bytes, send: Send) -> None:
+        self.session = session
+        self.tails: list[bytes] = []  # each round's answer, decoded: its usage
+        self._sent = sent
+        self._send = send
+        self._body: dict[str, Any] | None = None
+        self._deadline = time.monotonic() + session.settings.timeout_seconds
+
+    def recalls(self, reply: ModelReply | None) -> list[ToolCall]:
+        """The reply's recall calls to answer; none once the rounds are spent."""
+        if reply is None or len(self.tails) >= self.session.settings.max_rounds:
+            return []
+        return [c for c in reply.calls if c.name == self.session.tool_name]
+
+    async def again(
+        self, reply: ModelReply, recalls: list[ToolCall], tail: bytes
+    ) -> UpstreamResponse:
+        """Answer ``recalls`` and send the request again with them (``tail``: the reply's
+        usage); the re-ask that ends the rounds forbids tools."""
+        self.tails.append(tail)
+        rounds = len(self.tails)
+        settings = self.session.settings
+        # One span a round (proxy.tracing; a no-op while tracing is off): numbers only.
+        with tracing.span(
+            tracing.RECALL_ROUND, {"recall.round": rounds, "recall.calls": len(recalls)}
+        ):
+            answers = {call.id: await self.session.answer(call) for call in recalls}
+            if self._body is None:
+                self._body = wirejson.parse(self._sent)
+            last = rounds >= settings.max_rounds or time.monotonic() >= self._deadline
+            answered = Answered(reply, answers, settings.tool_name, last)
+            self._body = self.session.shape.ask_again(self._body, answered)
+            return await self._send(wirejson.encode(self._body))
+
+    def usages(self) -> list[dict[str, int]]:
+        return [round_usage(t) for t in self.tails]
+
+    def headers(self) -> RawHeaders:
+        tokens = self.session.round_tokens(self.tails)
+        return [(RECALLS, str(len(self.tails)).encode()), (RECALL_TOKENS, str(tokens).encode())]
