@@ -149,6 +149,28 @@ def test_chat_text_then_a_recall_streams_the_text_at_once_then_the_answer(mock, 
     assert after["prompt_tokens"] - before["prompt_tokens"] == 20
 
 
+def test_chat_a_round_before_the_text_and_one_after_it_are_both_counted(mock, start_proxy):
+    """The headers count the round run before they went out; the usage counts both."""
+    server, client, history = _chat_setup(mock, start_proxy, "after-text-both")
+
+    def recall_only(request: Received) -> Reply:
+        calls = [_call(TOOL, {"id": _handle(request), "query": "nothing"}, 0)]
+        return sse_reply(with_usage_chunk(chat_tool_stream(calls)))
+
+    mock.push(recall_only, _text_then(TOOL), _chat_answer)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=history, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(raw.parse())
+
+    assert raw.headers["x-compaction-recalls"] == "1"
+    assert _text(chunks) == PREAMBLE + ANSWER and _finishes(chunks) == ["stop"]
+    usage = chunks[-1].usage
+    assert (usage.prompt_tokens, usage.total_tokens) == (30, 45)  # three calls
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert re.search(r"^proxy_recall_rounds_total 2\.0$", metrics, re.M), metrics
+
+
 def test_chat_a_gzip_stream_is_spliced_and_relayed_decoded(mock, start_proxy):
     """The provider compresses its streams: the proxy reads them to splice, so what it relays
     is decoded (no Content-Encoding), whatever the client accepted."""
