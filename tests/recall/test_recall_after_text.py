@@ -171,6 +171,34 @@ def test_chat_a_round_before_the_text_and_one_after_it_are_both_counted(mock, st
     assert re.search(r"^proxy_recall_rounds_total 2\.0$", metrics, re.M), metrics
 
 
+def test_chat_a_client_that_leaves_during_the_re_ask_cancels_it(mock, start_proxy):
+    """The client has the text and goes away while the provider works on the re-ask: the
+    proxy's request for it is closed, and the proxy serves on."""
+    server, client, history = _chat_setup(mock, start_proxy, "after-text-leaves")
+    slow = sse_reply(with_usage_chunk(sse_chunks(["late"])))
+    slow.delay = 2.0
+    mock.push(_text_then(TOOL), slow)
+    left, asked = len(mock.disconnects), len(mock.chat_requests())
+
+    stream = client.chat.completions.create(model="gpt-4o", messages=history, stream=True)
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break  # the preamble came: leave
+    deadline = time.monotonic() + 2.0
+    while len(mock.chat_requests()) < asked + 2:  # the re-ask reached the provider
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    stream.close()
+    closed_at = time.monotonic()
+
+    deadline = closed_at + 2.0
+    while len(mock.disconnects) == left and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(mock.disconnects) > left, "the re-ask was left running"
+    assert mock.disconnects[-1] - closed_at < 1.0
+    assert httpx.get(f"{server.url}/v1/models").status_code == 200
+
+
 def test_chat_a_gzip_stream_is_spliced_and_relayed_decoded(mock, start_proxy):
     """The provider compresses its streams: the proxy reads them to splice, so what it relays
     is decoded (no Content-Encoding), whatever the client accepted."""
