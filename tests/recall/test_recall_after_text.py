@@ -6,7 +6,6 @@ the official clients."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from typing import Any
@@ -32,9 +31,14 @@ from tests.support.mock_upstream import (
     sse_chunks,
     sse_reply,
 )
-from tests.support.provider import SYSTEM, take_turn
-from tests.support.recall_model import TOOL, chat_tool_stream
-from tests.support.recall_provider import CLEARING, RecallProvider, with_usage_chunk
+from tests.support.recall_histories import anthropic_history, responses_history
+from tests.support.recall_model import TOOL, chat_call, chat_tool_stream
+from tests.support.recall_provider import (
+    CLEARING,
+    RecallProvider,
+    cleared_history,
+    with_usage_chunk,
+)
 from tests.support.sdk_clients import closed_after_test
 
 SECRET = "SECRET-5150"
@@ -42,6 +46,7 @@ BIG = f"\nthe id is {SECRET}\n" + "filler line of a file\n" * 60
 HANDLE = re.compile(r"recall id (r[a-z2-7]{10})")
 PREAMBLE = "Let me look that up. "
 ANSWER = f"found: the id is {SECRET}"
+QUESTION = "what is the id?"
 
 
 def _handle(request: Received) -> str:
@@ -61,23 +66,11 @@ def _recorded(asked: list[dict[str, Any]], reply: Any) -> Any:
 # --- chat completions -----------------------------------------------------------------------
 
 
-def _call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
-    return {
-        "id": f"call_{name}_{n}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args)},
-    }
-
-
 def _chat_setup(mock: MockUpstream, start_proxy, name: str, **config: Any):
     RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING, **config))
     client = openai_client(server, name)
-    history = [SYSTEM]
-    take_turn(client, history, "Step 0 TOOL", tool_output=BIG)
-    for turn in range(1, 4):
-        take_turn(client, history, f"Question {turn}: and then?")
-    history.append({"role": "user", "content": "what is the id?"})
+    history = [*cleared_history(client, BIG), {"role": "user", "content": QUESTION}]
     return server, client, history
 
 
@@ -86,7 +79,7 @@ def _text_then(*names: str, pause: float = 0.0):
 
     def reply(request: Received) -> Reply:
         calls = [
-            _call(n, {"id": _handle(request)} if n == TOOL else {"path": "a.py"}, i)
+            chat_call(n, {"id": _handle(request)} if n == TOOL else {"path": "a.py"}, i)
             for i, n in enumerate(names)
         ]
         stream = chat_tool_stream(calls, preamble=PREAMBLE, pause=pause)
@@ -154,7 +147,7 @@ def test_chat_a_round_before_the_text_and_one_after_it_are_both_counted(mock, st
     server, client, history = _chat_setup(mock, start_proxy, "after-text-both")
 
     def recall_only(request: Received) -> Reply:
-        calls = [_call(TOOL, {"id": _handle(request), "query": "nothing"}, 0)]
+        calls = [chat_call(TOOL, {"id": _handle(request), "query": "nothing"}, 0)]
         return sse_reply(with_usage_chunk(chat_tool_stream(calls)))
 
     mock.push(recall_only, _text_then(TOOL), _chat_answer)
@@ -237,7 +230,7 @@ def test_chat_text_then_a_recall_with_a_client_call_gives_the_client_its_call_al
     asked: list[dict[str, Any]] = []
 
     def own(request: Received) -> Reply:
-        return sse_reply(with_usage_chunk(chat_tool_stream([_call("read_file", {"p": 1}, 9)])))
+        return sse_reply(with_usage_chunk(chat_tool_stream([chat_call("read_file", {"p": 1}, 9)])))
 
     mock.push(_recorded(asked, _text_then(TOOL, "read_file")), _recorded(asked, own))
 
@@ -266,23 +259,6 @@ def test_chat_a_failed_re_ask_ends_the_stream_with_the_providers_error(mock, sta
 
 
 # --- Anthropic ------------------------------------------------------------------------------
-
-
-def _anthropic_history() -> list[dict[str, Any]]:
-    use = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.cfg"}}
-    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": BIG}
-    history: list[dict[str, Any]] = [
-        {"role": "user", "content": "read the config"},
-        {"role": "assistant", "content": [use]},
-        {"role": "user", "content": [result]},
-        {"role": "assistant", "content": "read it"},
-    ]
-    for n in range(3):
-        history += [
-            {"role": "user", "content": f"question {n}"},
-            {"role": "assistant", "content": f"answer {n}"},
-        ]
-    return [*history, {"role": "user", "content": "what is the id?"}]
 
 
 def _anthropic_text_then_recall(text: str, pause: float = 0.0):
@@ -330,7 +306,7 @@ def test_anthropic_text_then_recalls_go_on_as_more_text_blocks(anthropic_client,
     )
     client = anthropic_client("after-text-anthropic")
     first_text = None
-    options = dict(model="claude-x", max_tokens=100, messages=_anthropic_history())
+    options = dict(model="claude-x", max_tokens=100, messages=anthropic_history(BIG, QUESTION))
     with client.messages.stream(**options) as events:
         pieces = []
         for piece in events.text_stream:
@@ -358,30 +334,12 @@ def test_anthropic_text_then_recalls_go_on_as_more_text_blocks(anthropic_client,
 # --- Responses ------------------------------------------------------------------------------
 
 
-def _responses_history() -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = [
-        {"role": "user", "content": "read the config"},
-        {
-            "type": "function_call",
-            "call_id": "call_1",
-            "name": "read_file",
-            "arguments": '{"path": "a.cfg"}',
-        },
-        {"type": "function_call_output", "call_id": "call_1", "output": BIG},
-        {"role": "assistant", "content": "read it"},
-    ]
-    for n in range(3):
-        items += [
-            {"role": "user", "content": f"question {n}"},
-            {"role": "assistant", "content": f"answer {n}"},
-        ]
-    return [*items, {"role": "user", "content": "what is the id?"}]
-
-
 def test_responses_text_then_a_recall_goes_on_as_a_second_message(mock, start_proxy):
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "after-text-responses")
-    client.responses.create(model="gpt-4o", input=_responses_history()[:-1])  # stubs the output
+    client.responses.create(
+        model="gpt-4o", input=responses_history(BIG, QUESTION)[:-1]
+    )  # stubs the output
     asked: list[dict[str, Any]] = []
 
     def text_then_recall(request: Received) -> Reply:
@@ -396,7 +354,7 @@ def test_responses_text_then_a_recall_goes_on_as_a_second_message(mock, start_pr
     mock.push(_recorded(asked, text_then_recall), _recorded(asked, answer))
     first_text = None
     seen = []
-    with client.responses.stream(model="gpt-4o", input=_responses_history()) as stream:
+    with client.responses.stream(model="gpt-4o", input=responses_history(BIG, QUESTION)) as stream:
         for event in stream:
             seen.append(event)
             if event.type == "response.output_text.delta" and first_text is None:

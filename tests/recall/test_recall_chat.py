@@ -15,18 +15,10 @@ from tests.support.clients import admin_get, openai_client
 from tests.support.config import summarizing
 from tests.support.provider import SYSTEM, take_turn
 from tests.support.recall_model import TOOL
-from tests.support.recall_provider import CLEARING, RecallProvider, recall_results
+from tests.support.recall_provider import CLEARING, RecallProvider, cleared_history, recall_results
 
 SECRET = "SECRET-7731"
 BIG_RESULT = f"\nline 1 of the file\nthe token is {SECRET} here\n" + "filler line of a file\n" * 60
-
-
-def _cleared_history(client) -> list[dict]:
-    history = [SYSTEM]
-    take_turn(client, history, "Step 0 TOOL", tool_output=BIG_RESULT)
-    for turn in range(1, 4):
-        take_turn(client, history, f"Question {turn}: and then?")
-    return history
 
 
 def _tool_names(body: dict) -> list[str]:
@@ -37,7 +29,7 @@ def test_a_cleared_result_is_recalled_and_the_client_sees_only_the_answer(mock, 
     provider = RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "recall-1")
-    history = _cleared_history(client)
+    history = cleared_history(client, BIG_RESULT)
     before = len(provider.chat_requests())
     history.append({"role": "user", "content": f"RECALL {SECRET}"})
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history)
@@ -66,7 +58,7 @@ def test_a_streamed_recall_is_answered_and_only_the_final_text_streams(mock, sta
     provider = RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "recall-stream")
-    history = _cleared_history(client)
+    history = cleared_history(client, BIG_RESULT)
     history.append({"role": "user", "content": f"RECALL {SECRET}"})
     raw = client.chat.completions.with_raw_response.create(
         model="gpt-4o", messages=history, stream=True, stream_options={"include_usage": True}
@@ -85,7 +77,7 @@ def test_a_client_tool_of_the_same_name_turns_recall_off(mock, start_proxy):
     provider = RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "recall-own-tool")
-    history = _cleared_history(client)
+    history = cleared_history(client, BIG_RESULT)
     own = {"type": "function", "function": {"name": TOOL, "parameters": {"type": "object"}}}
     history.append({"role": "user", "content": f"RECALL {SECRET}"})
     before = len(provider.chat_requests())
@@ -104,7 +96,7 @@ def test_tool_choice_none_and_compaction_off_leave_the_tool_out(mock, start_prox
     provider = RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "recall-none")
-    history = _cleared_history(client)
+    history = cleared_history(client, BIG_RESULT)
     history.append({"role": "user", "content": f"RECALL {SECRET}"})
     before = len(provider.chat_requests())
     none = client.chat.completions.create(model="gpt-4o", messages=history, tool_choice="none")
@@ -120,13 +112,13 @@ def test_tool_choice_none_and_compaction_off_leave_the_tool_out(mock, start_prox
 def test_a_handle_of_another_conversation_or_tenant_is_not_found(mock, start_proxy):
     provider = RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
-    _cleared_history(openai_client(server, "owner"))
+    cleared_history(openai_client(server, "owner"), BIG_RESULT)
     owners = [json.dumps(b["messages"]) for b in provider.chat_requests()]
     handle = re.findall(r"recall id (r[a-z2-7]{10})", owners[-1])[0]
     provider.force_ids = (handle,)
     for conversation, key in (("other", "sk-test-key"), ("owner", "sk-other-tenant")):
         client = openai_client(server, conversation, key=key)
-        history = _cleared_history(client)
+        history = cleared_history(client, BIG_RESULT)
         history.append({"role": "user", "content": "RECALL NOTHING-HERE"})
         before = len(provider.chat_requests())
         reply = client.chat.completions.create(model="gpt-4o", messages=history)
@@ -142,7 +134,7 @@ def test_a_streamed_text_reply_is_relayed_before_the_provider_finishes(mock, sta
     provider = RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "recall-text")
-    history = _cleared_history(client)
+    history = cleared_history(client, BIG_RESULT)
     history.append({"role": "user", "content": "Question 9: and then?"})
     from tests.support.mock_upstream import sse_chunks, sse_reply
 
@@ -165,7 +157,7 @@ def test_recall_is_counted_on_metrics_and_the_originals_are_in_the_store(mock, s
     RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "recall-metrics")
-    history = _cleared_history(client)
+    history = cleared_history(client, BIG_RESULT)
     history.append({"role": "user", "content": f"RECALL {SECRET}"})
     client.chat.completions.create(model="gpt-4o", messages=history)
     metrics = httpx.get(f"{server.url}/metrics").text
@@ -213,7 +205,7 @@ def test_the_admin_api_shows_what_is_kept_to_its_own_tenant_only(mock, start_pro
     RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "recall-admin")
-    _cleared_history(client)
+    cleared_history(client, BIG_RESULT)
 
     deadline = time.monotonic() + 5
     while (shown := admin_get(server, "/conversations/recall-admin/originals")).status_code != 200:

@@ -14,35 +14,19 @@ from tests.support.clients import ledger_after, openai_client
 from tests.support.config import summarizing
 from tests.support.mock_upstream import Received, Reply, completion, json_reply
 from tests.support.provider import SYSTEM, take_turn
-from tests.support.recall_model import TOOL
-from tests.support.recall_provider import CLEARING, RecallProvider, recall_results
+from tests.support.recall_model import TOOL, chat_call
+from tests.support.recall_provider import CLEARING, RecallProvider, cleared_history, recall_results
 
 SECRET = "SECRET-9090"
 BIG = f"\nthe id is {SECRET}\n" + "filler line of a file\n" * 60
 HANDLE = re.compile(r"recall id (r[a-z2-7]{10})")
 
 
-def _history(client) -> list[dict[str, Any]]:
-    history = [SYSTEM]
-    take_turn(client, history, "Step 0 TOOL", tool_output=BIG)
-    for turn in range(1, 4):
-        take_turn(client, history, f"Question {turn}: and then?")
-    return history
-
-
-def _call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
-    return {
-        "id": f"call_{name}_{n}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args)},
-    }
-
-
 def test_rounds_end_with_a_re_ask_that_forbids_tools(mock, start_proxy):
     RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING, recall={"max_rounds": 2}))
     client = openai_client(server, "limits-rounds")
-    history = _history(client)
+    history = cleared_history(client, BIG)
     handle = HANDLE.findall(json.dumps(mock.chat_requests()[-1].json()))[0]
     asked: list[dict[str, Any]] = []
 
@@ -51,7 +35,7 @@ def test_rounds_end_with_a_re_ask_that_forbids_tools(mock, start_proxy):
         asked.append(body)
         if body.get("tool_choice") == "none":
             return json_reply(completion("giving up"))
-        return json_reply(completion("", tool_calls=[_call(TOOL, {"id": handle}, len(asked))]))
+        return json_reply(completion("", tool_calls=[chat_call(TOOL, {"id": handle}, len(asked))]))
 
     mock.push(stubborn, stubborn, stubborn)
     history.append({"role": "user", "content": "go"})
@@ -63,24 +47,24 @@ def test_rounds_end_with_a_re_ask_that_forbids_tools(mock, start_proxy):
     assert all(SECRET in r for r in recall_results(asked[-1]))
 
 
-def test_a_recall_with_a_client_call_is_answered_first_and_the_client_gets_its_own_call(
+def test_a_recall_with_a_client_call_is_answered_first_and_the_client_gets_its_ownchat_call(
     mock, start_proxy
 ):
     RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "limits-mixed")
-    history = _history(client)
+    history = cleared_history(client, BIG)
     handle = HANDLE.findall(json.dumps(mock.chat_requests()[-1].json()))[0]
     asked: list[dict[str, Any]] = []
 
     def both(request: Received) -> Reply:
         asked.append(request.json())
-        calls = [_call(TOOL, {"id": handle}, 1), _call("read_file", {"path": "a.py"}, 1)]
+        calls = [chat_call(TOOL, {"id": handle}, 1), chat_call("read_file", {"path": "a.py"}, 1)]
         return json_reply(completion("", tool_calls=calls))
 
     def own(request: Received) -> Reply:
         asked.append(request.json())
-        return json_reply(completion("", tool_calls=[_call("read_file", {"path": "a.py"}, 2)]))
+        return json_reply(completion("", tool_calls=[chat_call("read_file", {"path": "a.py"}, 2)]))
 
     mock.push(both, own)
     history.append({"role": "user", "content": "go"})
@@ -97,7 +81,7 @@ def test_an_original_outlives_a_history_the_client_trimmed(mock, start_proxy):
     provider = RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "limits-trimmed")
-    history = _history(client)
+    history = cleared_history(client, BIG)
     handle = HANDLE.findall(json.dumps(provider.chat_requests()[-1]))[0]
     start = len(history)
     take_turn(client, history, "Step 4 TOOL", tool_output="\nother output\n" + "more\n" * 80)
@@ -125,7 +109,7 @@ def test_a_store_that_is_down_leaves_recall_working_from_the_request(mock, start
     url = f"redis://127.0.0.1:{_closed_port()}/0"
     server = start_proxy(summarizing(mock.url, url, policy=CLEARING))
     client = openai_client(server, "limits-down")
-    history = _history(client)
+    history = cleared_history(client, BIG)
     history.append({"role": "user", "content": f"RECALL {SECRET}"})
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history)
     assert raw.parse().choices[0].message.content == f"found: the id is {SECRET}"
@@ -136,7 +120,7 @@ def test_the_ledger_prices_each_call_once(mock, start_proxy):
     RecallProvider(mock)
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, "limits-ledger")
-    history = _history(client)
+    history = cleared_history(client, BIG)
     calls = len(mock.chat_requests())
     before = ledger_after(server, "limits-ledger", calls)
     history.append({"role": "user", "content": f"RECALL {SECRET}"})

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import anthropic
 import pytest
@@ -22,6 +21,7 @@ from tests.support.dialect_streams import (
     responses_text_item,
 )
 from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
+from tests.support.recall_histories import anthropic_history, responses_history
 from tests.support.recall_model import TOOL
 from tests.support.recall_provider import CLEARING
 from tests.support.sdk_clients import closed_after_test
@@ -37,23 +37,6 @@ def _found(request: Received) -> str | None:
 
 
 # --- Anthropic ------------------------------------------------------------------------------
-
-
-def _anthropic_history() -> list[dict[str, Any]]:
-    use = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.cfg"}}
-    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": BIG}
-    history: list[dict[str, Any]] = [
-        {"role": "user", "content": "read the config"},
-        {"role": "assistant", "content": [use]},
-        {"role": "user", "content": [result]},
-        {"role": "assistant", "content": "read it"},
-    ]
-    for n in range(3):
-        history += [
-            {"role": "user", "content": f"question {n}"},
-            {"role": "assistant", "content": f"answer {n}"},
-        ]
-    return [*history, {"role": "user", "content": "what is the port?"}]
 
 
 def _anthropic_model(request: Received) -> Reply:
@@ -88,7 +71,9 @@ def test_anthropic_recall_is_answered_with_a_tool_result(anthropic_proxy, second
             default_headers={"X-Conversation-Id": f"anthropic-{stream}"},
         )
     )
-    options = dict(model="claude-x", max_tokens=100, messages=_anthropic_history())
+    options = dict(
+        model="claude-x", max_tokens=100, messages=anthropic_history(BIG, "what is the port?")
+    )
     if stream:
         with client.messages.stream(**options) as events:
             text = "".join(events.text_stream)
@@ -109,26 +94,6 @@ def test_anthropic_recall_is_answered_with_a_tool_result(anthropic_proxy, second
 
 
 # --- Responses ------------------------------------------------------------------------------
-
-
-def _responses_history() -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = [
-        {"role": "user", "content": "read the config"},
-        {
-            "type": "function_call",
-            "call_id": "call_1",
-            "name": "read_file",
-            "arguments": '{"path": "a.cfg"}',
-        },
-        {"type": "function_call_output", "call_id": "call_1", "output": BIG},
-        {"role": "assistant", "content": "read it"},
-    ]
-    for n in range(3):
-        items += [
-            {"role": "user", "content": f"question {n}"},
-            {"role": "assistant", "content": f"answer {n}"},
-        ]
-    return [*items, {"role": "user", "content": "what is the port?"}]
 
 
 def _responses_model(request: Received) -> Reply:
@@ -154,7 +119,9 @@ def test_responses_recall_is_answered_with_a_function_call_output(mock, start_pr
     client = openai_client(server, f"responses-{stream}")
     if stream:
         events = list(
-            client.responses.create(model="gpt-4o", input=_responses_history(), stream=True)
+            client.responses.create(
+                model="gpt-4o", input=responses_history(BIG, "what is the port?"), stream=True
+            )
         )
         final = next(e.response for e in events if e.type == "response.completed")
         assert final.usage.input_tokens == 20
@@ -163,7 +130,9 @@ def test_responses_recall_is_answered_with_a_function_call_output(mock, start_pr
             for e in events
         )
     else:
-        final = client.responses.create(model="gpt-4o", input=_responses_history())
+        final = client.responses.create(
+            model="gpt-4o", input=responses_history(BIG, "what is the port?")
+        )
         assert final.usage.input_tokens == 20
     assert final.output_text == f"found: the port is {SECRET}"
     first, again = [r.json() for r in mock.received if r.path.endswith("/responses")][-2:]

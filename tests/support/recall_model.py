@@ -75,6 +75,15 @@ def recall_step(
     return Step(ids=tuple(ids), query=query) if ids else Step(text=DONT_KNOW)
 
 
+def chat_call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
+    """One chat completions tool call of ``name`` with ``args`` (its id made of both)."""
+    return {
+        "id": f"call_{name}_{n}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
+
+
 def chat_calls(step: Step) -> list[dict[str, Any]]:
     """The step's recall calls as chat completions ``tool_calls``."""
     out = []

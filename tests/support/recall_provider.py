@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from tests.support.mock_upstream import Reply, completion, json_reply, sse_chunks, sse_reply
-from tests.support.provider import Provider
+from tests.support.provider import SYSTEM, Provider, take_turn
 from tests.support.recall_model import (
     TOOL,
     Step,
@@ -58,6 +58,16 @@ class RecallProvider(Provider):
         if body.get("stream"):
             return sse_reply(with_usage_chunk(chat_tool_stream(calls), usage))
         return json_reply(completion("", tool_calls=calls))
+
+
+def cleared_history(client: Any, tool_output: str) -> list[dict[str, Any]]:
+    """A chat history driven through the proxy whose read_file result (``tool_output``) the
+    CLEARING policy stubs: a TOOL turn, then three questions."""
+    history = [SYSTEM]
+    take_turn(client, history, "Step 0 TOOL", tool_output=tool_output)
+    for turn in range(1, 4):
+        take_turn(client, history, f"Question {turn}: and then?")
+    return history
 
 
 def recall_results(body: dict[str, Any]) -> list[str]:
