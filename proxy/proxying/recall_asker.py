@@ -32,6 +32,7 @@ class Asker:
         self._sent = sent
         self._send = send
         self._body: dict[str, Any] | None = None
+        self._usages: list[dict[str, int]] = []
         self._deadline = time.monotonic() + session.settings.timeout_seconds
 
     def recalls(self, reply: ModelReply | None) -> list[ToolCall]:
@@ -61,7 +62,10 @@ class Asker:
             return await self._send(wirejson.encode(self._body))
 
     def usages(self) -> list[dict[str, int]]:
-        return [round_usage(t) for t in self.tails]
+        """Each round's usage numbers (read once per round)."""
+        while len(self._usages) < len(self.tails):
+            self._usages.append(round_usage(self.tails[len(self._usages)]))
+        return self._usages
 
     def headers(self) -> RawHeaders:
         tokens = self.session.round_tokens(self.tails)

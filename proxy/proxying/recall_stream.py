@@ -28,8 +28,8 @@ from proxy.errors import ProxyError
 from proxy.proxying.recall_asker import Asker
 from proxy.proxying.recall_usage import (
     EVENT_END,
-    add_rounds,
     decoded_headers,
+    event_with_rounds,
     sse_data,
     usage_in,
     with_data,
@@ -38,7 +38,6 @@ from proxy.upstream.base import UpstreamResponse
 from proxy.upstream.content_coding import Decoder
 
 _MAX_WATCHED_BYTES = 8 * 1024 * 1024
-_USAGE = b'"usage"'
 
 
 class RecallStream:
@@ -149,13 +148,10 @@ class RecallStream:
         if not event:
             return b""
         rounds = len(self._asker.tails)
-        if rounds and _USAGE in event:
-            data = sse_data(event)
-            usage = usage_in(data) if data is not None else None
-            if usage is not None:
-                add_rounds(usage, self._asker.usages())
-                self._summed = rounds
-                event = with_data(event, data)
+        summed = event_with_rounds(event, self._asker.usages()) if rounds else None
+        if summed is not None:
+            self._summed = rounds
+            event = summed
         if self._watching:
             self._relayed.append(event)
         return event + b"\n\n"

@@ -43,6 +43,19 @@ def round_usage(tail: bytes) -> dict[str, int]:
     return found
 
 
+def event_with_rounds(event: bytes, rounds: list[dict[str, int]]) -> bytes | None:
+    """One SSE event with the rounds' usage added to the usage it carries; None when it
+    carries none (most events: only those naming ``"usage"`` are parsed)."""
+    if b'"usage"' not in event:
+        return None
+    data = sse_data(event)
+    usage = usage_in(data) if data is not None else None
+    if data is None or usage is None:
+        return None
+    add_rounds(usage, rounds)
+    return with_data(event, data)
+
+
 def add_rounds(usage: dict[str, Any], rounds: list[dict[str, int]]) -> None:
     """Add the rounds' numbers to ``usage`` in place, for the integer keys it has."""
     for extra in rounds:
@@ -101,13 +114,11 @@ class StreamWithRounds:
             yield self._rewritten(pending)
 
     def _rewritten(self, event: bytes) -> bytes:
-        data = sse_data(event)
-        usage = usage_in(data) if data is not None else None
-        if usage is None:
+        summed = event_with_rounds(event, self._rounds)
+        if summed is None:
             return event
-        add_rounds(usage, self._rounds)
         self._summed = True
-        return with_data(event, data)
+        return summed
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_raw()])
