@@ -88,7 +88,9 @@ def measure(records: list[Record], seen: list[Seen]) -> Figures:
         broken_histories=sum(1 for s in seen if s.status == 400),
         proxy_5xx=sum(1 for r in records if r.status >= 500),
         proxy_4xx=sum(
-            1 for r in records if 400 <= r.status < 500 and not any(s.status == 400 for s in by_seq[r.seq])
+            1
+            for r in records
+            if r.compacted_route and 400 <= r.status < 500 and not any(s.status == 400 for s in by_seq[r.seq])
         ),
     )
     groups = conversations(records)

@@ -64,6 +64,9 @@ def run_agent(driver: Driver, servers: Servers, *, record: bool) -> dict:
         time.sleep(2)  # a summary made ahead after the last answer lands in the provider's log
         records = list(recording.records)
     seen = servers.provider.seen[first_seen:]
+    dump = AGENTS / "records" / f"{driver.name}.json"
+    dump.parent.mkdir(parents=True, exist_ok=True)
+    dump.write_text(json.dumps([r.__dict__ for r in records] + [s.__dict__ for s in seen], indent=1))
     figures = measure(records, seen)
     tests_pass = "a + b" in (project / "calc.py").read_text()
     result = {
@@ -76,7 +79,9 @@ def run_agent(driver: Driver, servers: Servers, *, record: bool) -> dict:
         "problems": sorted({p for s in seen for p in s.problems})[:10],
         "proxy_errors": [r.status for r in records if r.status >= 400],
     }
-    print(f"{driver.name} {version}: exit {exit_code} in {seconds:.0f}s, edit made: {tests_pass}")
+    models = sorted({str(r.body.get("model")) for r in records if r.compacted_route and isinstance(r.body, dict)})
+    result["models"] = models
+    print(f"{driver.name} {version} ({', '.join(models)}): exit {exit_code} in {seconds:.0f}s, edit made: {tests_pass}")
     print("  " + figures.line())
     for problem in result["problems"]:
         print(f"  provider refused: {problem[:300]}")
@@ -122,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = [
         r["agent"]
         for r in results
-        if r.get("error") or r["figures"]["broken_histories"] or r["figures"]["proxy_5xx"]
+        if r.get("error")
+        or r["exit_code"] != 0
+        or any(r["figures"][k] for k in ("broken_histories", "proxy_4xx", "proxy_5xx"))
     ]
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0

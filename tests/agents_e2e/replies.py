@@ -31,9 +31,10 @@ def anthropic(action: Action, n: int, *, model: str, thinking: bool, stream: boo
         content.append({"type": "text", "text": action.text})
     stop = "tool_use" if action.name else "end_turn"
     usage = {"input_tokens": tokens, "output_tokens": 40}
-    if not stream:
-        return json_reply(message(content, model=model, stop=stop, usage=usage))
-    start = message([], model=model, usage={"input_tokens": tokens, "output_tokens": 1})
+    whole = {**message(content, model=model, stop=stop, usage=usage), "id": f"msg_e2e_{n}"}
+    if not stream:  # each reply its own id: Claude Code merges blocks that share one
+        return json_reply(whole)
+    start = {**whole, "content": [], "usage": {"input_tokens": tokens, "output_tokens": 1}}
     start["stop_reason"] = None
     events = [_sse("message_start", {"type": "message_start", "message": start})]
     for i, block in enumerate(content):
@@ -65,7 +66,7 @@ def chat(action: Action, n: int, *, model: str, stream: bool, tokens: int) -> Re
     usage = {"prompt_tokens": tokens, "completion_tokens": 40, "total_tokens": tokens + 40}
     if not stream:
         body = completion(action.text or None, model=model, tool_calls=calls or None)  # type: ignore[arg-type]
-        body["usage"] = usage
+        body.update(usage=usage, id=f"chatcmpl-e2e-{n}")
         return json_reply(body)
     chunks: list[bytes | float] = [chunk_event({"role": "assistant", "content": ""}, model=model)]
     if action.text:
