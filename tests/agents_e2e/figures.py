@@ -38,7 +38,9 @@ class Figures:
 
 def tool_names(body: Any) -> tuple[str, ...]:
     tools = body.get("tools") if isinstance(body, dict) else None
-    names = [t.get("name") or (t.get("function") or {}).get("name") or t.get("type") for t in tools or []]
+    names = [
+        t.get("name") or (t.get("function") or {}).get("name") or t.get("type") for t in tools or []
+    ]
     return tuple(sorted(str(n) for n in names))
 
 
@@ -90,7 +92,9 @@ def measure(records: list[Record], seen: list[Seen]) -> Figures:
         proxy_4xx=sum(
             1
             for r in records
-            if r.compacted_route and 400 <= r.status < 500 and not any(s.status == 400 for s in by_seq[r.seq])
+            if r.compacted_route
+            and 400 <= r.status < 500
+            and not any(s.status == 400 for s in by_seq[r.seq])
         ),
     )
     groups = conversations(records)

@@ -23,7 +23,7 @@ from tests.support.mock_upstream import MockUpstream, Received, Reply, completio
 
 SUMMARIZER_MODEL = "e2e-summarizer"
 SEQUENCE = "x-e2e-seq"  # the harness numbers each agent request; the proxy forwards it
-SUMMARY_TAG = "<agent_summary>"
+SUMMARY_TAG = "agent_summary"  # without brackets: a JSON encoder may escape "<"
 SUMMARY = (
     "The user asked to fix the failing unit tests of a small project. The assistant listed the "
     "project, read README.md and the modules under pkg/, grepped for definitions and imports, "
@@ -53,7 +53,11 @@ def _anthropic_turn(body: dict[str, Any]) -> Turn:
             if turn.get("role") == "assistant" and block.get("type") == "tool_use":
                 last_call = block.get("name", "")
             elif turn.get("role") == "user" and block.get("type") in ("tool_result", "text"):
-                observations.append(text_of(block.get("content") if block["type"] == "tool_result" else block["text"]))
+                observations.append(
+                    text_of(
+                        block.get("content") if block["type"] == "tool_result" else block["text"]
+                    )
+                )
     return Turn(tools, observations, last_call, recall_ids(observations))
 
 
@@ -101,8 +105,20 @@ class StrictProvider:
             return json_reply({"object": "list", "data": [{"id": "e2e-model", "object": "model"}]})
         if path.endswith("/count_tokens"):
             return json_reply({"input_tokens": len(request.body) // 4})
-        if request.method != "POST" or not path.endswith(("/messages", "/chat/completions", "/responses")):
-            return json_reply({"error": {"message": f"{path}: not found", "type": "invalid_request_error", "param": None, "code": None}}, 404)
+        if request.method != "POST" or not path.endswith(
+            ("/messages", "/chat/completions", "/responses")
+        ):
+            return json_reply(
+                {
+                    "error": {
+                        "message": f"{path}: not found",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+                404,
+            )
         body = request.json()
         seq = request.headers.get(SEQUENCE)
         seen = Seen(route=path.rsplit("/v1", 1)[-1], seq=int(seq) if seq else None, status=200)
@@ -120,23 +136,31 @@ class StrictProvider:
         model = body.get("model", "e2e-model")
         tokens = max(1, len(request.body) // 4)
         if request.path.endswith("/messages"):
-            seen.problems = rules.anthropic_problems(body, request.headers.get("anthropic-beta", ""))
+            seen.problems = rules.anthropic_problems(
+                body, request.headers.get("anthropic-beta", "")
+            )
             if seen.problems:
                 return self._refuse(seen, anthropic=True)
             action = self._act(seen, _anthropic_turn(body))
             thinking = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
-            return replies.anthropic(action, n, model=model, thinking=thinking, stream=stream, tokens=tokens)
+            return replies.anthropic(
+                action, n, model=model, thinking=thinking, stream=stream, tokens=tokens
+            )
         if request.path.endswith("/chat/completions"):
             seen.problems = rules.chat_problems(body)
             if seen.problems:
                 return self._refuse(seen)
-            return replies.chat(self._act(seen, _chat_turn(body)), n, model=model, stream=stream, tokens=tokens)
+            return replies.chat(
+                self._act(seen, _chat_turn(body)), n, model=model, stream=stream, tokens=tokens
+            )
         seen.problems = rules.responses_problems(body)
         if seen.problems:
             return self._refuse(seen)
         reasoning = "reasoning.encrypted_content" in (body.get("include") or [])
         action = self._act(seen, _responses_turn(body))
-        return replies.responses(action, n, model=model, reasoning=reasoning, stream=stream, tokens=tokens)
+        return replies.responses(
+            action, n, model=model, reasoning=reasoning, stream=stream, tokens=tokens
+        )
 
     def _act(self, seen: Seen, turn: Turn) -> Action:
         action = next_action(turn, self.steps)
@@ -148,5 +172,18 @@ class StrictProvider:
         seen.status = 400
         message = "; ".join(seen.problems)
         if anthropic:
-            return json_reply({"type": "error", "error": {"type": "invalid_request_error", "message": message}}, 400)
-        return json_reply({"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": None}}, 400)
+            return json_reply(
+                {"type": "error", "error": {"type": "invalid_request_error", "message": message}},
+                400,
+            )
+        return json_reply(
+            {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": None,
+                }
+            },
+            400,
+        )

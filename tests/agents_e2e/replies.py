@@ -20,13 +20,22 @@ def _sse(name: str | None, data: dict[str, Any]) -> bytes:
     return f"{head}data: {json.dumps(data)}\n\n".encode()
 
 
-def anthropic(action: Action, n: int, *, model: str, thinking: bool, stream: bool, tokens: int) -> Reply:
+def anthropic(
+    action: Action, n: int, *, model: str, thinking: bool, stream: bool, tokens: int
+) -> Reply:
     content: list[dict[str, Any]] = []
     if thinking:
         text = f"Step {action.step or n}: decide what to run next."
         content.append({"type": "thinking", "thinking": text, "signature": seal(text)})
     if action.name:
-        content.append({"type": "tool_use", "id": f"toolu_e2e_{n}", "name": action.name, "input": action.arguments})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_e2e_{n}",
+                "name": action.name,
+                "input": action.arguments,
+            }
+        )
     else:
         content.append({"type": "text", "text": action.text})
     stop = "tool_use" if action.name else "end_turn"
@@ -39,9 +48,10 @@ def anthropic(action: Action, n: int, *, model: str, thinking: bool, stream: boo
     events = [_sse("message_start", {"type": "message_start", "message": start})]
     for i, block in enumerate(content):
         kind = block["type"]
-        head = {"thinking": {**block, "thinking": "", "signature": ""}, "text": {"type": "text", "text": ""}}.get(
-            kind, {**block, "input": {}}
-        )
+        head = {
+            "thinking": {**block, "thinking": "", "signature": ""},
+            "text": {"type": "text", "text": ""},
+        }.get(kind, {**block, "input": {}})
         deltas = {
             "thinking": [
                 {"type": "thinking_delta", "thinking": block.get("thinking")},
@@ -49,11 +59,25 @@ def anthropic(action: Action, n: int, *, model: str, thinking: bool, stream: boo
             ],
             "text": [{"type": "text_delta", "text": block.get("text")}],
         }.get(kind, [{"type": "input_json_delta", "partial_json": json.dumps(block.get("input"))}])
-        events.append(_sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": head}))
+        events.append(
+            _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": head},
+            )
+        )
         for delta in deltas:
-            events.append(_sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}))
+            events.append(
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": i, "delta": delta},
+                )
+            )
         events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": i}))
-    end = {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 40}}
+    end = {
+        "type": "message_delta",
+        "delta": {"stop_reason": stop, "stop_sequence": None},
+        "usage": {"output_tokens": 40},
+    }
     events += [_sse("message_delta", end), _sse("message_stop", {"type": "message_stop"})]
     return sse_reply(list(events))
 
@@ -72,22 +96,41 @@ def chat(action: Action, n: int, *, model: str, stream: bool, tokens: int) -> Re
     if action.text:
         chunks.append(chunk_event({"content": action.text}, model=model))
     for i, call in enumerate(calls):
-        head = {"index": i, "id": call["id"], "type": "function", "function": {"name": action.name, "arguments": ""}}
+        head = {
+            "index": i,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": action.name, "arguments": ""},
+        }
         chunks.append(chunk_event({"tool_calls": [head]}, model=model))
         piece = {"index": i, "function": {"arguments": call["function"]["arguments"]}}
         chunks.append(chunk_event({"tool_calls": [piece]}, model=model))
     chunks.append(chunk_event({}, "tool_calls" if calls else "stop", model=model))
-    final = {"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model, "choices": [], "usage": usage}
+    final = {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [],
+        "usage": usage,
+    }
     chunks += [f"data: {json.dumps(final)}\n\n".encode(), b"data: [DONE]\n\n"]
     return sse_reply(chunks)
 
 
-def responses(action: Action, n: int, *, model: str, reasoning: bool, stream: bool, tokens: int) -> Reply:
+def responses(
+    action: Action, n: int, *, model: str, reasoning: bool, stream: bool, tokens: int
+) -> Reply:
     output: list[dict[str, Any]] = []
     if reasoning:
         summary = [{"type": "summary_text", "text": f"Step {action.step or n}: pick the command."}]
         output.append(
-            {"type": "reasoning", "id": f"rs_e2e_{n}", "summary": summary, "encrypted_content": encrypt({"n": n})}
+            {
+                "type": "reasoning",
+                "id": f"rs_e2e_{n}",
+                "summary": summary,
+                "encrypted_content": encrypt({"n": n}),
+            }
         )
     if action.name:
         prefix = REASONED if reasoning else "fc_"
@@ -103,7 +146,15 @@ def responses(action: Action, n: int, *, model: str, reasoning: bool, stream: bo
         )
     else:
         part = {"type": "output_text", "text": action.text, "annotations": []}
-        output.append({"type": "message", "id": f"msg_e2e_{n}", "role": "assistant", "status": "completed", "content": [part]})
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_e2e_{n}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [part],
+            }
+        )
     usage = {
         "input_tokens": tokens,
         "input_tokens_details": {"cached_tokens": 0},
@@ -129,14 +180,25 @@ def responses(action: Action, n: int, *, model: str, reasoning: bool, stream: bo
         events.append(("response.output_item.added", {"output_index": index, "item": item}))
         where = {"output_index": index, "item_id": item["id"]}
         if item["type"] == "function_call":
-            events.append(("response.function_call_arguments.delta", {**where, "delta": item["arguments"]}))
-            events.append(("response.function_call_arguments.done", {**where, "arguments": item["arguments"]}))
+            events.append(
+                ("response.function_call_arguments.delta", {**where, "delta": item["arguments"]})
+            )
+            events.append(
+                ("response.function_call_arguments.done", {**where, "arguments": item["arguments"]})
+            )
         elif item["type"] == "message":
             text = item["content"][0]["text"]
-            events.append(("response.output_text.delta", {**where, "content_index": 0, "delta": text}))
-            events.append(("response.output_text.done", {**where, "content_index": 0, "text": text}))
+            events.append(
+                ("response.output_text.delta", {**where, "content_index": 0, "delta": text})
+            )
+            events.append(
+                ("response.output_text.done", {**where, "content_index": 0, "text": text})
+            )
         events.append(("response.output_item.done", {"output_index": index, "item": item}))
     events.append(("response.completed", {"response": response}))
     return sse_reply(
-        [_sse(name, {"type": name, "sequence_number": i, **data}) for i, (name, data) in enumerate(events)]
+        [
+            _sse(name, {"type": name, "sequence_number": i, **data})
+            for i, (name, data) in enumerate(events)
+        ]
     )

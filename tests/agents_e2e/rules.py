@@ -58,7 +58,9 @@ def anthropic_problems(body: dict[str, Any], beta: str = "") -> list[str]:
         previous = role
         for j, block in enumerate(content):
             if block.get("type") == "text" and not block.get("text"):
-                found.append(f"messages.{i}.content.{j}.text: text content blocks must be non-empty")
+                found.append(
+                    f"messages.{i}.content.{j}.text: text content blocks must be non-empty"
+                )
             if block.get("type") == "thinking" and not intact(
                 block.get("thinking", ""), block.get("signature", "")
             ):
@@ -167,12 +169,19 @@ def _reasoning_problems(items: list[dict[str, Any]], i: int) -> list[str]:
     found = []
     encrypted = item.get("encrypted_content")
     if encrypted is not None and not _sealed(encrypted):
-        found.append(f"input[{i}]: The encrypted content for item {item.get('id')} could not be verified.")
+        found.append(
+            f"input[{i}]: The encrypted content for item {item.get('id')} could not be verified."
+        )
     following = items[i + 1] if i + 1 < len(items) else None
-    if following is None or following.get("type") == "reasoning" or following.get("role") in (
-        "user",
-        "system",
-        "developer",
+    if (
+        following is None
+        or following.get("type") == "reasoning"
+        or following.get("role")
+        in (
+            "user",
+            "system",
+            "developer",
+        )
     ):
         found.append(
             f"Item '{item.get('id')}' of type 'reasoning' was provided without its required "

@@ -76,10 +76,25 @@ def commands(files: list[str]) -> list[str]:
         "sed -i 's/return a - b/return a + b/' calc.py && cat calc.py",
         "python3 -m unittest -v 2>&1 | tail -30",
     ]
-    steps = explore + middle[: ROUNDS - len(explore) - len(fix) - 6] + fix
-    steps += ["wc -c pkg/*.py", "head -60 pkg/" + files[0], "ls -la pkg", "cat calc.py"]
-    steps += ["grep -c '' pkg/*.py"] * (ROUNDS - 1 - len(steps))
-    return steps[: ROUNDS - 1] + [f"echo {SUBMIT}"]
+    # After the fix: what an agent does to check its work, rereading files it read before (their
+    # first reads may be stubs or summarized by now).
+    check = [
+        "wc -c pkg/*.py",
+        "ls -la pkg",
+        f"sed -n 1,150p pkg/{files[2]}",
+        "grep -rn 'TODO\\|FIXME\\|XXX' . | head -20",
+        f"cat pkg/{files[-5]}",
+        "cat calc.py",
+        "python3 -m unittest 2>&1 | tail -5",
+        f"grep -n 'def ' pkg/{files[-5]}",
+        f"cat pkg/{files[2]}",
+        "cat test_calc.py",
+        "wc -l calc.py test_calc.py",
+    ]
+    room = ROUNDS - 1 - len(explore) - len(fix) - len(check)
+    middle += [f"sed -n 1,80p pkg/{name}" for name in files][: max(0, room - len(middle))]
+    steps = explore + middle[:room] + fix + check
+    return [*steps[: ROUNDS - 1], f"echo {SUBMIT}"]
 
 
 def last_step(observations: list[str]) -> int:
@@ -134,5 +149,9 @@ def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(text_of(part.get("text") or part.get("content")) for part in content if isinstance(part, dict))
+        return "\n".join(
+            text_of(part.get("text") or part.get("content"))
+            for part in content
+            if isinstance(part, dict)
+        )
     return "" if content is None else json.dumps(content)

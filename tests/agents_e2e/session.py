@@ -45,12 +45,16 @@ def policy(trigger_tokens: int, keep_tokens: int) -> dict[str, Any]:
     return recipe
 
 
-def settings(provider: str, recipe: dict[str, Any]) -> Settings:
+def settings(provider: str, recipe: dict[str, Any], *, missing: str = "auto") -> Settings:
     return config(
         {
-            "conversation": {"missing": "auto"},
+            "conversation": {"missing": missing},
             "store": {"url": "memory://", "tenant_secret": TENANT_SECRET, "max_checkpoints": 32},
-            "summarizer": {"model": SUMMARIZER_MODEL, "timeout_seconds": 30, "max_summary_tokens": 2048},
+            "summarizer": {
+                "model": SUMMARIZER_MODEL,
+                "timeout_seconds": 30,
+                "max_summary_tokens": 2048,
+            },
             "upstream": {"anthropic_base_url": provider},
             "policies": {"default": recipe},
         },
@@ -71,9 +75,12 @@ def strict_provider() -> Iterator[Servers]:
 
 
 @contextlib.contextmanager
-def recorded_proxy(provider_url: str, recipe: dict[str, Any]) -> Iterator[tuple[str, Recording]]:
-    """A proxy as ``serve`` runs it, behind a recorder; (its URL, the recording)."""
-    current = settings(provider_url, recipe)
+def recorded_proxy(
+    provider_url: str, recipe: dict[str, Any], *, missing: str = "auto"
+) -> Iterator[tuple[str, Recording]]:
+    """A proxy as ``serve`` runs it, behind a recorder; (its URL, the recording). ``missing``:
+    ``conversation.missing`` (``passthrough`` records an agent the proxy refuses to compact)."""
+    current = settings(provider_url, recipe, missing=missing)
     recording = Recording(create_app(current))
     with ThreadedUvicorn(recording, **uvicorn_options(current)) as server:
         yield server.url, recording
@@ -89,7 +96,7 @@ def add(a, b):
 def mul(a, b):
     return a * b
 '''
-TESTS = '''import unittest
+TESTS = """import unittest
 
 from calc import add, mul
 
@@ -104,7 +111,7 @@ class CalcTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
-'''
+"""
 
 
 def scratch_project(folder: Path) -> Path:

@@ -42,7 +42,9 @@ class Driver:
             env=env,
             stdin=subprocess.DEVNULL,
         )
-        return (done.stdout or done.stderr).strip().splitlines()[-1] if done.returncode == 0 else "?"
+        return (
+            (done.stdout or done.stderr).strip().splitlines()[-1] if done.returncode == 0 else "?"
+        )
 
 
 def base_env(home: Path) -> dict[str, str]:

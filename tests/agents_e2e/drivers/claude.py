@@ -2,23 +2,24 @@
 
 ``ANTHROPIC_BASE_URL`` points it at the proxy and ``ANTHROPIC_API_KEY`` holds a dummy key
 (print mode uses it without asking). Tools are allowed by name rather than with
-``--dangerously-skip-permissions``, which Claude Code refuses as root. ``CLAUDE_MODEL`` picks
-the model (default: Claude Code's own default).
+``--dangerously-skip-permissions``, which Claude Code refuses as root. Two runs: Claude Code's
+default model (which sends ``system`` turns inside ``messages`` under the
+``mid-conversation-system`` beta) and ``claude-sonnet-4-5`` (which does not).
 """
 
 from __future__ import annotations
 
-import os
+from functools import partial
 from pathlib import Path
 
 from tests.agents_e2e.drivers.base import DUMMY_KEY, NPM_BIN, Driver, Launch
 
 
-def launch(proxy: str, home: Path, task: str) -> Launch:
+def launch(proxy: str, home: Path, task: str, *, model: str | None) -> Launch:
     argv = [str(NPM_BIN / "claude"), "-p", task, "--output-format", "text", "--max-turns", "90"]
     argv += ["--allowedTools", "Bash,Read,Edit,Write,Glob,Grep,LS"]
-    if os.environ.get("CLAUDE_MODEL"):
-        argv += ["--model", os.environ["CLAUDE_MODEL"]]
+    if model:
+        argv += ["--model", model]
     env = {
         "ANTHROPIC_BASE_URL": proxy,
         "ANTHROPIC_API_KEY": DUMMY_KEY,
@@ -33,12 +34,18 @@ def launch(proxy: str, home: Path, task: str) -> Launch:
     return Launch(argv, env)
 
 
-CLAUDE = Driver(
-    name="claude-code",
-    dialect="/v1/messages",
-    executable=NPM_BIN / "claude",
-    version_argv=(str(NPM_BIN / "claude"), "--version"),
-    launch=launch,
-    trigger_tokens=45000,
-    keep_tokens=12000,
-)
+def claude(name: str, model: str | None) -> Driver:
+    return Driver(
+        name=name,
+        dialect="/v1/messages",
+        executable=NPM_BIN / "claude",
+        version_argv=(str(NPM_BIN / "claude"), "--version"),
+        launch=partial(launch, model=model),
+        # Its fixed prompt is ~27k tokens: a trigger well above it, as the issue's runs had.
+        trigger_tokens=45000,
+        keep_tokens=12000,
+    )
+
+
+CLAUDE = claude("claude-code", None)
+CLAUDE_SONNET = claude("claude-code-sonnet", "claude-sonnet-4-5")

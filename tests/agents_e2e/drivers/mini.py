@@ -14,7 +14,12 @@ from tests.agents_e2e.drivers.base import DUMMY_KEY, VENV_BIN, Driver, Launch
 def launch(proxy: str, home: Path, task: str) -> Launch:
     argv = [str(VENV_BIN / "mini"), "--yolo", "--exit-immediately", "-m", "openai/e2e-model"]
     argv += ["-t", task, "-o", str(home / "trajectory.json"), "-c", "mini.yaml"]
-    argv += ["-c", f"model.model_kwargs.api_base={proxy}/v1", "-c", "model.cost_tracking=ignore_errors"]
+    argv += [
+        "-c",
+        f"model.model_kwargs.api_base={proxy}/v1",
+        "-c",
+        "model.cost_tracking=ignore_errors",
+    ]
     env = {
         "OPENAI_API_KEY": DUMMY_KEY,
         "MSWEA_CONFIGURED": "true",
