@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from tests.agents_e2e.session import (
     scratch_project,
     strict_provider,
 )
+from tests.support.paths import offline_folder
 
 TIMEOUT = 900  # seconds one agent may take for the whole session
 KEEP_LOG = 4000  # the last characters of an agent's output shown when it fails
@@ -140,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         help="conversation.missing of the proxy: passthrough records a session uncompacted",
     )
     args = parser.parse_args(argv)
+    if offline_folder().is_dir():  # the verified tiktoken files, as the tests use them
+        os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(offline_folder()))
     results = []
     with strict_provider() as servers:
         for name in args.agents.split(","):
