@@ -104,6 +104,10 @@ def run_agent(driver: Driver, servers: Servers, *, record: bool, missing: str) -
         f"{driver.name} {version} ({', '.join(models)}): exit {exit_code} in {seconds:.0f}s, edit made: {tests_pass}"
     )
     print("  " + figures.line())
+    others = sorted({f"{r.method} {r.path} {r.status}" for r in records if not r.compacted_route})
+    result["other_requests"] = others
+    if others:
+        print("  other requests: " + ", ".join(others))
     for problem in result["problems"]:
         print(f"  provider refused: {problem[:300]}")
     if exit_code != 0:

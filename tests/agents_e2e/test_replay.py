@@ -23,8 +23,11 @@ MODES = ["as-recorded", "stream-flipped"]
 
 
 @functools.cache
-def replayed(agent: str, mode: str) -> Figures:
+def replayed(agent: str, mode: str, trigger_tokens: int = 0) -> Figures:
+    """The session's figures; ``trigger_tokens``: another trigger than the recorded run's."""
     session = fixtures.load(Path(fixtures.FOLDER / f"{agent}.json.gz"))
+    if trigger_tokens:
+        session["trigger_tokens"] = trigger_tokens
     figures, _ = replay(session, flip_stream=mode == "stream-flipped")
     return figures
 
@@ -52,7 +55,7 @@ def test_no_broken_history_and_no_5xx(agent: str, mode: str) -> None:
     assert figures.proxy_5xx == 0
 
 
-SYSTEM_TURNS = "system turns inside messages (Claude Code's default model) are refused: item 1"
+SYSTEM_TURNS = "the proxy refuses system turns inside messages (Claude Code's default model)"
 
 
 @pytest.mark.parametrize("agent", expected_failure(SYSTEM_TURNS, "claude-code"))
@@ -60,7 +63,7 @@ def test_proxy_accepts_every_request(agent: str) -> None:
     assert replayed(agent, "as-recorded").proxy_4xx == 0
 
 
-DROPPED = "with clear_tool_results a summary is made and then not sent: item 2"
+DROPPED = "with clear_tool_results a summary is made and then dropped or never sent"
 
 
 @pytest.mark.parametrize("agent", expected_failure(DROPPED, "codex", "mini-swe-agent"))
@@ -70,10 +73,20 @@ def test_a_summary_in_use_stays_in_use(agent: str) -> None:
     assert figures.requests_with_summary > 0 or figures.summaries_made == 0
 
 
-PER_TURN = "a large fixed prompt leaves no headroom after a summary: item 3"
+PER_TURN = "a large fixed prompt leaves no headroom after a summary: one per few turns"
 
 
 @pytest.mark.parametrize("agent", expected_failure(PER_TURN))
 def test_at_most_one_summary_per_four_requests(agent: str) -> None:
     figures = replayed(agent, "as-recorded")
+    assert figures.summaries_made * 4 <= figures.requests
+
+
+@pytest.mark.xfail(reason=PER_TURN, strict=False)
+def test_a_trigger_near_the_fixed_prompt_still_buys_headroom() -> None:
+    """Claude Code's fixed prompt is ~27k tokens: at a 36k trigger and a 12k keep the compacted
+    prompt (~32k) stays above where the next summary starts, and on main a summary is made every
+    few requests (11 in 41). Each summary must buy room for at least four requests."""
+    figures = replayed("claude-code-sonnet", "as-recorded", trigger_tokens=36000)
+    assert figures.broken_histories == 0
     assert figures.summaries_made * 4 <= figures.requests
