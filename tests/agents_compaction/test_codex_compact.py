@@ -86,7 +86,7 @@ def test_compact_is_answered_by_the_proxy_when_the_provider_lacks_it(
     assert len(found) == 1 and compacted.output[-1].type == "compaction"
     # Every user message of the input, then the compaction item (as OpenAI's endpoint answers).
     users = [o for o in compacted.output if o.type == "message"]
-    assert [u.role for u in users] == ["user"] and "src/app.py" in json.dumps(users[0].model_dump())
+    assert [u.role for u in users] == ["user"] and "src/app.py" in json.dumps(users[0].model_dump(warnings=False))
     sealed = found[0].encrypted_content
     assert "SUMMARY-" not in sealed and "agent edited" not in sealed  # opaque to the client
 
@@ -97,7 +97,7 @@ def test_the_compaction_item_is_opened_before_the_provider_sees_it(
     server = serve()
     sdk = client(server)
     compacted = sdk.responses.compact(model=MODEL, input=history(), instructions=INSTRUCTIONS)
-    carried = [item.model_dump(exclude_none=True) for item in compacted.output]
+    carried = [item.model_dump(exclude_none=True, warnings=False) for item in compacted.output]
     follow = {
         "type": "message",
         "role": "user",
@@ -124,7 +124,7 @@ def test_an_item_sealed_for_another_caller_does_not_open(
     compacted = client(server).responses.compact(
         model=MODEL, input=history(), instructions=INSTRUCTIONS
     )
-    carried = [item.model_dump(exclude_none=True) for item in compacted.output]
+    carried = [item.model_dump(exclude_none=True, warnings=False) for item in compacted.output]
     other = client(server, key="sk-someone-else", conversation="codex-2")
 
     other.responses.create(model=MODEL, input=carried, store=False)
