@@ -202,10 +202,12 @@ class AgentCompaction:
     async def _summary_of(
         self, conv: Conversation, checkpoint: Checkpoint | None
     ) -> tuple[str, str | None]:
-        """The ready summary when it covers the input, else one the summarizer writes now (on
-        top of the ready summary, reading only what it does not cover). Raises SummarizerError."""
-        if checkpoint is not None and checkpoint.covered >= len(conv.messages):
-            return checkpoint.summary, checkpoint.id
+        """The ready summary when it covers the input (``_covering``), else one the summarizer
+        writes now (on top of the ready summary, reading only what it does not cover), and the
+        checkpoint answered from. Raises SummarizerError."""
+        ready = self._covering(conv, checkpoint)
+        if ready is not None and checkpoint is not None:
+            return ready, checkpoint.id
         start = checkpoint.covered if checkpoint is not None else 0
         turns = [m for m in conv.messages[start:] if m.get("role") != "system"]
         own = self._settings.summarizer.for_policy(conv.policy, request_model=conv.model)

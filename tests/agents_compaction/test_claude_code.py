@@ -6,41 +6,22 @@ holds a summary of that history, it answers at once with it, in the form Claude 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import anthropic
 import pytest
 
 from tests.support.anthropic_provider import AnthropicProvider
+from tests.support.claude_code import (
+    KEY,
+    MODEL,
+    RECENT_PROMPT,
+    SYSTEM,
+    compaction_request,
+    run_session,
+)
 from tests.support.clients import admin_get
 from tests.support.sdk_clients import closed_after_test
 from tests.support.servers import ThreadedUvicorn
-
-KEY = "sk-ant-caller-one"
-MODEL = "claude-mock-1"
-SYSTEM = [{"type": "text", "text": "You are a careful coding agent."}]
-TOOLS = [
-    {
-        "name": "read_file",
-        "description": "Read a file",
-        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
-    }
-]
-# Claude Code 2.1.197's compaction request ends so (its text-only preamble, then the prompt).
-NO_TOOLS = (
-    "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n\n"
-    "- Do NOT use Read, Bash, Grep, Glob, Edit, Write, or ANY other tool.\n"
-)
-PROMPT = (
-    "Your task is to create a detailed summary of the conversation so far, paying close "
-    "attention to the user's explicit requests and your previous actions.\nThis summary should "
-    "be thorough ...\n<summary>\n1. Primary Request and Intent:\n   [Detailed description]\n"
-    "</summary>\n</example>\n\nPlease provide your summary based on the conversation so far."
-)
-RECENT_PROMPT = (
-    "Your task is to create a detailed summary of the RECENT portion of the conversation - the "
-    "messages that follow earlier retained context."
-)
 
 pytestmark = pytest.mark.usefixtures("tiktoken_files")
 
@@ -54,51 +35,6 @@ def client(server: ThreadedUvicorn, conversation: str = "cc-1") -> anthropic.Ant
             default_headers={"X-Conversation-Id": conversation},
         )
     )
-
-
-def run_session(sdk: anthropic.Anthropic, steps: int) -> list[dict[str, Any]]:
-    """A coding session of ``steps`` user turns of two tool rounds each; its history."""
-    history: list[dict[str, Any]] = []
-    for n in range(steps):
-        history.append({"role": "user", "content": [{"type": "text", "text": f"Step {n} TOOL"}]})
-        for done in (1, 2):
-            reply = sdk.messages.create(
-                model=MODEL, max_tokens=256, system=SYSTEM, messages=history, tools=TOOLS
-            )
-            history.append(
-                {
-                    "role": "assistant",
-                    "content": [b.model_dump(exclude_none=True) for b in reply.content],
-                }
-            )
-            if reply.stop_reason != "tool_use":
-                break
-            results = [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": b.id,
-                    "content": "".join(f"\nline {i}: x = {i * n}" for i in range(12))
-                    + (" LAST" if done == 2 else ""),
-                }
-                for b in reply.content
-                if b.type == "tool_use"
-            ]
-            history.append({"role": "user", "content": results})
-        if history[-1]["role"] == "user":  # the round after LAST answers in text
-            reply = sdk.messages.create(
-                model=MODEL, max_tokens=256, system=SYSTEM, messages=history, tools=TOOLS
-            )
-            history.append(
-                {
-                    "role": "assistant",
-                    "content": [b.model_dump(exclude_none=True) for b in reply.content],
-                }
-            )
-    return history
-
-
-def compaction_request(history: list[dict[str, Any]], prompt: str = PROMPT) -> list[dict[str, Any]]:
-    return [*history, {"role": "user", "content": [{"type": "text", "text": NO_TOOLS + prompt}]}]
 
 
 def test_claude_codes_compaction_is_answered_from_the_ready_summary(
@@ -171,3 +107,30 @@ def test_what_the_summary_does_not_cover_is_forwarded(
     )
     assert raw.headers["x-compaction"] != "answered"
     assert "Your task is to create" in json.dumps(messages_provider.requests()[-1]["messages"][-1])
+
+
+def test_the_prompt_merged_after_tool_results_keeps_them_in_the_history(
+    serve, messages_provider: AnthropicProvider, summarizer
+) -> None:
+    """Claude Code merges consecutive user messages: compacting in the middle of a task, its
+    prompt follows the newest tool results in one message. Those results are history: the
+    answer covers them, as the turns the summary does not, verbatim."""
+    server = serve()
+    sdk = client(server, "cc-merged")
+    history = run_session(sdk, 6)
+    tool_round = history[-3:-1]  # an assistant tool_use and its results, replayed as the newest
+    asked = compaction_request([*history, *tool_round])
+    merged = [
+        *asked[:-2],
+        {"role": "user", "content": [*asked[-2]["content"], *asked[-1]["content"]]},
+    ]
+    before = len(messages_provider.requests())
+
+    raw = sdk.messages.with_raw_response.create(
+        model=MODEL, max_tokens=20000, system=SYSTEM, messages=merged
+    )
+
+    assert len(messages_provider.requests()) == before
+    assert raw.headers["x-compaction"] == "answered"
+    text = raw.parse().content[0].text
+    assert "The most recent turns, verbatim" in text and "LAST" in text

@@ -86,7 +86,9 @@ def test_compact_is_answered_by_the_proxy_when_the_provider_lacks_it(
     assert len(found) == 1 and compacted.output[-1].type == "compaction"
     # Every user message of the input, then the compaction item (as OpenAI's endpoint answers).
     users = [o for o in compacted.output if o.type == "message"]
-    assert [u.role for u in users] == ["user"] and "src/app.py" in json.dumps(users[0].model_dump(warnings=False))
+    assert [u.role for u in users] == ["user"] and "src/app.py" in json.dumps(
+        users[0].model_dump(warnings=False)
+    )
     sealed = found[0].encrypted_content
     assert "SUMMARY-" not in sealed and "agent edited" not in sealed  # opaque to the client
 
@@ -132,3 +134,49 @@ def test_an_item_sealed_for_another_caller_does_not_open(
     sent = [r.json() for r in responses_provider.mock.received if r.path.endswith("/responses")][-1]
     texts = json.dumps(sent["input"])
     assert "SUMMARY-1" not in texts and "compaction" not in [i.get("type") for i in sent["input"]]
+
+
+def codex_session(sdk: openai.OpenAI, rounds: int) -> list[dict[str, Any]]:
+    """A stateless Codex-like run through the proxy: the task, then ``rounds`` tool rounds."""
+    items: list[dict[str, Any]] = [
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "AGENT: fix the failing tests"}],
+        }
+    ]
+    for n in range(rounds):
+        reply = sdk.responses.create(
+            model=MODEL, instructions=INSTRUCTIONS, input=items, tools=TOOLS, store=False
+        )
+        for item in reply.output:
+            items.append(item.model_dump(exclude_none=True, warnings=False))
+            if item.type == "function_call":
+                output = "".join(f"FAILED test_{n}_{i}: assert {i} == {i + 1}\n" for i in range(15))
+                items.append(
+                    {"type": "function_call_output", "call_id": item.call_id, "output": output}
+                )
+    return items
+
+
+def test_compact_is_answered_from_the_ready_summary_with_no_call_at_all(
+    serve, responses_provider: ResponsesProvider
+) -> None:
+    server = serve()
+    sdk = client(server, conversation="codex-ready")
+    items = codex_session(sdk, 12)
+    summaries = responses_provider.chat.summaries
+    received = len(responses_provider.mock.received)
+    assert summaries >= 1
+
+    raw = sdk.responses.with_raw_response.compact(
+        model=MODEL, input=items, instructions=INSTRUCTIONS
+    )
+
+    assert len(responses_provider.mock.received) == received  # neither provider nor summarizer
+    assert raw.headers["x-compaction"] == "answered"
+    assert raw.headers["x-compaction-checkpoint"]
+    carried = [item.model_dump(exclude_none=True, warnings=False) for item in raw.parse().output]
+    sdk.responses.create(model=MODEL, instructions=INSTRUCTIONS, input=carried, store=False)
+    sent = responses_provider.responses_requests()[-1]
+    assert f"SUMMARY-{summaries}" in json.dumps(sent["input"])
