@@ -11,11 +11,11 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.codex import MODEL, codex_session
 from tests.support.responses_provider import INSTRUCTIONS, TOOLS, ResponsesProvider
 from tests.support.sdk_clients import closed_after_test
 from tests.support.servers import ThreadedUvicorn
 
-MODEL = "gpt-5.1-codex"
 KEY = "sk-codex-user"
 
 pytestmark = pytest.mark.usefixtures("tiktoken_files")
@@ -134,29 +134,6 @@ def test_an_item_sealed_for_another_caller_does_not_open(
     sent = [r.json() for r in responses_provider.mock.received if r.path.endswith("/responses")][-1]
     texts = json.dumps(sent["input"])
     assert "SUMMARY-1" not in texts and "compaction" not in [i.get("type") for i in sent["input"]]
-
-
-def codex_session(sdk: openai.OpenAI, rounds: int) -> list[dict[str, Any]]:
-    """A stateless Codex-like run through the proxy: the task, then ``rounds`` tool rounds."""
-    items: list[dict[str, Any]] = [
-        {
-            "type": "message",
-            "role": "user",
-            "content": [{"type": "input_text", "text": "AGENT: fix the failing tests"}],
-        }
-    ]
-    for n in range(rounds):
-        reply = sdk.responses.create(
-            model=MODEL, instructions=INSTRUCTIONS, input=items, tools=TOOLS, store=False
-        )
-        for item in reply.output:
-            items.append(item.model_dump(exclude_none=True, warnings=False))
-            if item.type == "function_call":
-                output = "".join(f"FAILED test_{n}_{i}: assert {i} == {i + 1}\n" for i in range(15))
-                items.append(
-                    {"type": "function_call_output", "call_id": item.call_id, "output": output}
-                )
-    return items
 
 
 def test_compact_is_answered_from_the_ready_summary_with_no_call_at_all(
