@@ -6,10 +6,10 @@ Real servers on loopback: a scripted Anthropic provider, the OpenAI-compatible m
 summaries, and the proxy (summarize, inline, trigger 1,200 tokens, keep 500). Each session plays
 a Claude Code run of ``--steps`` user turns (two tool rounds each) through the official
 ``anthropic`` SDK, then sends Claude Code's summary request twice, plain and streamed, and one
-``/v1/responses/compact`` of a Codex-like run of as many tool rounds through the ``openai``
-SDK (its summary made by the proxy, one summary behind, so answered from it). Printed: the time
-each answer took as the client saw it (p50, p99, max in ms), the tokens the provider received
-for them (the goal: 0; the provider is asked nothing) and how many were answered.
+``/v1/responses/compact`` after a Codex-like run of as many tool rounds (the run through the
+``openai`` SDK; the compact posted as Codex posts it). Printed: the time each answer took as the
+client saw it (p50, p99, max in ms), how many were answered, and how many compaction requests
+reached the provider (the goal: none, so zero provider tokens).
 Goals (PASS/FAIL): every request answered, p50 under 50 ms, zero provider requests.
 """
 
