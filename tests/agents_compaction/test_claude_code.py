@@ -134,3 +134,22 @@ def test_the_prompt_merged_after_tool_results_keeps_them_in_the_history(
     assert raw.headers["x-compaction"] == "answered"
     text = raw.parse().content[0].text
     assert "The most recent turns, verbatim" in text and "LAST" in text
+
+
+def test_the_fallback_request_on_another_system_prompt_is_forwarded(
+    serve, messages_provider: AnthropicProvider, summarizer
+) -> None:
+    """Claude Code's second way of asking has its own system prompt: the stored summary's chain
+    does not cover that history, so the proxy cannot be sure and forwards it."""
+    server = serve()
+    sdk = client(server, "cc-fallback")
+    history = run_session(sdk, 6)
+    before = len(messages_provider.requests())
+    raw = sdk.messages.with_raw_response.create(
+        model=MODEL,
+        max_tokens=2000,
+        system="You are a helpful AI assistant tasked with summarizing conversations.",
+        messages=compaction_request(history),
+    )
+    assert raw.headers["x-compaction"] != "answered"
+    assert len(messages_provider.requests()) == before + 1
