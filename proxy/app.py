@@ -28,6 +28,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
 from proxy.dialects.claude_code_compact import CLAUDE_CODE
+from proxy.dialects.codex_compact import CODEX
 from proxy.dialects.responses import RESPONSES
 from proxy.dialects.responses_compact import COMPACT_ITEMS, RESPONSES_COMPACT
 from proxy.economics.prices import PriceTable
@@ -129,7 +130,7 @@ def create_app(
         prices=PriceTable(settings.pricing),
         # The agents' own compaction (docs/agents.md).
         agents=AgentWires(
-            asks={MESSAGES.name: CLAUDE_CODE},
+            asks={MESSAGES.name: CLAUDE_CODE, RESPONSES.name: CODEX},
             compact=COMPACT_ITEMS,
             answer_compact=answers_compact(str(settings.upstream.base_url)),
         ),

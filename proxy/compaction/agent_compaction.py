@@ -54,7 +54,8 @@ def answers_compact(upstream_base_url: str) -> bool:
 
 
 class AgentAsk(Protocol):
-    """An agent's own summary request on one route (Claude Code's on ``/v1/messages``)."""
+    """An agent's own summary request on one route (Claude Code's on ``/v1/messages``, Codex's
+    compaction prompt on ``/v1/responses``)."""
 
     def might_be(self, raw: bytes) -> bool:
         """A cheap look at the raw body: False means it is surely not one."""
@@ -66,7 +67,8 @@ class AgentAsk(Protocol):
         ...
 
     def reply(self, body: dict[str, Any], summary: str, *, reply_id: str) -> LocalReply:
-        """The answer the agent expects, its text standing for ``summary``."""
+        """The answer the agent expects, its text standing for ``summary``; ``reply_id`` is the
+        part of its ids the proxy picks (each API puts its own prefix before it)."""
         ...
 
 
@@ -131,7 +133,7 @@ class AgentCompaction:
         if route == wires.compact_route and wires.compact is not None:
             return await self._compact_endpoint(incoming, wires.compact), incoming
         if route == wires.items_route and wires.compact is not None and wires.answer_compact:
-            return None, await self._open_items(incoming, wires.compact)
+            incoming = await self._open_items(incoming, wires.compact)
         ask = wires.asks.get(route)
         if ask is None or not self._looked_into(incoming.headers):
             return None, incoming
@@ -156,7 +158,7 @@ class AgentCompaction:
             return None  # no summary covers what the agent asks: the provider writes it
         before = self._counter.count_messages(conv.messages, conv.model)
         self._listeners.emit(CompactionDecided(conv.policy.strategy, protocol.ANSWERED, before, 0))
-        reply = ask.reply(body, text, reply_id=f"msg_compaction_{checkpoint.id}")
+        reply = ask.reply(body, text, reply_id=f"compaction_{checkpoint.id}")
         headers = protocol.answered_headers(before, checkpoint.id, conv.policy_name)
         return Decision(body=None, response_headers=headers, reply=reply)
 
@@ -195,7 +197,7 @@ class AgentCompaction:
             return Decision(body=raw, response_headers=protocol.response_headers("failed"))
         self._listeners.emit(CompactionDecided(conv.policy.strategy, protocol.ANSWERED, before, 0))
         encrypted = self._seal.seal(tenant, summary)
-        reply = wire.reply(body, encrypted, reply_id=f"resp_compaction_{secrets.token_hex(12)}")
+        reply = wire.reply(body, encrypted, reply_id=f"compaction_{secrets.token_hex(12)}")
         headers = protocol.answered_headers(before, checkpoint_id, conv.policy_name)
         return Decision(body=None, response_headers=headers, reply=reply)
 

@@ -78,7 +78,7 @@ class ClaudeCodeAsk:
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         usage = {"input_tokens": 0, "output_tokens": 0}
         message = {
-            "id": reply_id,
+            "id": f"msg_{reply_id}",
             "type": "message",
             "role": "assistant",
             "model": model,

@@ -92,11 +92,11 @@ class CompactItems:
         users = [_user(item) for item in items if _is_user(item)] if isinstance(items, list) else []
         item = {
             "type": "compaction",
-            "id": reply_id.replace("resp_", "cmp_", 1),
+            "id": f"cmp_{reply_id}",
             "encrypted_content": encrypted,
         }
         answer = {
-            "id": reply_id,
+            "id": f"resp_{reply_id}",
             "object": "response.compaction",
             "created_at": int(time.time()),
             "output": [*users, item],

@@ -6,7 +6,9 @@ import json
 
 from proxy.compaction.agent_compaction import answers_compact
 from proxy.dialects.claude_code_compact import CLAUDE_CODE
+from proxy.dialects.codex_compact import CODEX
 from tests.support.claude_code import NO_TOOLS, PROMPT, RECENT_PROMPT, compaction_request
+from tests.support.codex import COMPACT_PROMPT, compaction_prompt
 
 HISTORY = [
     {"role": "user", "content": "fix the tests"},
@@ -57,3 +59,23 @@ def test_the_proxy_answers_compact_itself_unless_the_upstream_is_openai() -> Non
     assert not answers_compact("https://api.openai.com/v1")
     for url in ("http://127.0.0.1:8000/v1", "https://api.anthropic.com/v1", "http://vllm:8000/v1"):
         assert answers_compact(url)
+
+
+def test_codexs_prompt_is_recognised_only_as_the_last_user_message() -> None:
+    history = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ]
+    asked = {"model": "gpt-5.1-codex", "input": compaction_prompt(history)}
+    assert CODEX.might_be(json.dumps(asked).encode())
+    assert CODEX.history(asked) == {"model": "gpt-5.1-codex", "input": history}
+    as_string = {"model": "m", "input": [*history, {"role": "user", "content": COMPACT_PROMPT}]}
+    assert CODEX.history(as_string) == {"model": "m", "input": history}
+    going_on = {"model": "m", "input": [*compaction_prompt(history), history[0]]}
+    assert CODEX.history(going_on) is None
+    quoted = {
+        "model": "m",
+        "input": [*history, {"role": "user", "content": "see: " + COMPACT_PROMPT}],
+    }
+    assert CODEX.history(quoted) is None
+    assert CODEX.history({"model": "m", "input": compaction_prompt([])}) is None

@@ -33,3 +33,22 @@ def codex_session(sdk: openai.OpenAI, rounds: int) -> list[dict[str, Any]]:
                     {"type": "function_call_output", "call_id": item.call_id, "output": output}
                 )
     return items
+
+
+# Codex 0.171's local compaction prompt (its binary's text), sent as the last user message.
+COMPACT_PROMPT = (
+    "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another "
+    "LLM that will resume the task.\n\nInclude:\n- Current progress and key decisions made\n"
+    "- What remains to be done (clear next steps)\n\nBe concise, structured, and focused on "
+    "helping the next LLM seamlessly continue the work."
+)
+
+
+def compaction_prompt(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history as Codex sends it to compact locally: the prompt as one more user message."""
+    asked = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": COMPACT_PROMPT}],
+    }
+    return [*items, asked]
