@@ -9,10 +9,12 @@ costs a byte search on the body the rewriter reads anyway; only a match is parse
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -22,13 +24,13 @@ from proxy.compaction.compaction_items import ItemSeal
 from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming, LocalReply
 from proxy.compaction.events import CompactionDecided
+from proxy.compaction.offload import is_heavy, work
 from proxy.compaction.policies import choose_policy
 from proxy.compaction.settings import CompactionSettings
 from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summarizer import SummarizerFactory
 from proxy.compaction.transcript import transcript_line
 from proxy.core.checkpoints import Checkpoint
-from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
 from proxy.errors import SummarizerError
 from proxy.events import Listeners
@@ -145,18 +147,19 @@ class AgentCompaction:
     # --- an agent's summary request, answered from the ready summary ---------------------------
 
     async def _answer_ask(self, incoming: Incoming, ask: AgentAsk, raw: bytes) -> Decision | None:
-        body = incoming.dialect.parse(raw)
+        heavy = is_heavy(raw)  # an agent compacts a long history: CPU work off the event loop
+        body = await work(heavy, incoming.dialect.parse, raw)
         history = ask.history(body)
         if history is None:
             return None
-        conv = self._conversation(incoming, history)
-        if conv is None:
+        conv = await work(heavy, partial(self._conversation, incoming, history, heavy=heavy))
+        if conv is None or conv.policy.strategy == "off":  # off by a route: left alone
             return None
         checkpoint = await self._stored.deepest(conv)
-        text = self._covering(conv, checkpoint)
+        text = await work(heavy, self._covering, conv, checkpoint)
         if text is None or checkpoint is None:
             return None  # no summary covers what the agent asks: the provider writes it
-        before = self._counter.count_messages(conv.messages, conv.model)
+        before = await work(heavy, self._counter.count_messages, conv.messages, conv.model)
         self._listeners.emit(CompactionDecided(conv.policy.strategy, protocol.ANSWERED, before, 0))
         reply = ask.reply(body, text, reply_id=f"compaction_{checkpoint.id}")
         headers = protocol.answered_headers(before, checkpoint.id, conv.policy_name)
@@ -181,14 +184,17 @@ class AgentCompaction:
         raw = await incoming.body.read()
         if not self._wires.answer_compact:  # the provider's own endpoint, as the client sent it
             return Decision(body=raw, response_headers=protocol.response_headers("off"))
-        body = incoming.dialect.parse(raw)
+        heavy = is_heavy(raw)
+        body = await work(heavy, incoming.dialect.parse, raw)
         tenant = self._tenant(incoming.headers)
         body = wire.opened(body, self._seal, tenant)
-        conv = self._conversation(incoming, body, required=False)
+        conv = await work(
+            heavy, partial(self._conversation, incoming, body, required=False, heavy=heavy)
+        )
         if conv is None:  # no history in it: nothing to compact, the provider answers
             return Decision(body=raw, response_headers=protocol.response_headers("skipped"))
         checkpoint = await self._stored.deepest(conv) if conv.conversation_id else None
-        before = self._counter.count_messages(conv.messages, conv.model)
+        before = await work(heavy, self._counter.count_messages, conv.messages, conv.model)
         try:
             summary, checkpoint_id = await self._summary_of(conv, checkpoint)
         except SummarizerError as exc:
@@ -207,19 +213,23 @@ class AgentCompaction:
         """The ready summary when it covers the input (``_covering``), else one the summarizer
         writes now (on top of the ready summary, reading only what it does not cover), and the
         checkpoint answered from. Raises SummarizerError."""
-        ready = self._covering(conv, checkpoint)
+        ready = await work(conv.heavy, self._covering, conv, checkpoint)
         if ready is not None and checkpoint is not None:
             return ready, checkpoint.id
         start = checkpoint.covered if checkpoint is not None else 0
         turns = [m for m in conv.messages[start:] if m.get("role") != "system"]
         own = self._settings.summarizer.for_policy(conv.policy, request_model=conv.model)
         summarizer = self._summarizer_for(conv.credentials, own)
-        text = await summarizer.summarize(
-            turns,
-            previous=checkpoint.summary if checkpoint is not None else None,
-            model=own.model,
-            max_tokens=own.max_summary_tokens,
+        previous = checkpoint.summary if checkpoint is not None else None
+        written = summarizer.summarize(
+            turns, previous=previous, model=own.model, max_tokens=own.max_summary_tokens
         )
+        try:
+            text = await asyncio.wait_for(written, timeout=own.timeout_seconds)
+        except TimeoutError as exc:
+            raise SummarizerError(
+                "the summary took longer than summarizer.timeout_seconds"
+            ) from exc
         return text, None
 
     async def _open_items(self, incoming: Incoming, wire: CompactWire) -> Incoming:
@@ -229,9 +239,11 @@ class AgentCompaction:
         raw = await incoming.body.read()
         if not wire.holds_items(raw):
             return incoming
-        body = incoming.dialect.parse(raw)
+        heavy = is_heavy(raw)
+        body = await work(heavy, incoming.dialect.parse, raw)
         opened = wire.opened(body, self._seal, self._tenant(incoming.headers))
-        return replace(incoming, body=_Ready(wirejson.encode(opened)), streamable=False)
+        encoded = await work(heavy, wirejson.encode, opened)
+        return replace(incoming, body=_Ready(encoded), streamable=False)
 
     # --- shared ---------------------------------------------------------------------------------
 
@@ -251,10 +263,11 @@ class AgentCompaction:
         return self._tenancy.tenant(credential)
 
     def _conversation(
-        self, incoming: Incoming, body: dict[str, Any], *, required: bool = True
+        self, incoming: Incoming, body: dict[str, Any], *, required: bool = True, heavy: bool
     ) -> Conversation | None:
         """The conversation ``body`` holds; None when it holds none, or (``required``) when
-        the request names no conversation the store could hold a summary of."""
+        the request names no conversation the store could hold a summary of. Blocking: it
+        walks every message."""
         headers = incoming.headers
         neutral = incoming.dialect.conversation(body)
         if neutral is None:
@@ -274,28 +287,15 @@ class AgentCompaction:
             )
         if conversation_id is None and required:
             return None
-        return self._build(
-            tenant, conversation_id or "", body, neutral, policy_name, policy, incoming
-        )
-
-    def _build(
-        self,
-        tenant: str,
-        conversation_id: str,
-        body: dict[str, Any],
-        neutral: Any,
-        policy_name: str,
-        policy: PolicySettings,
-        incoming: Incoming,
-    ) -> Conversation:
         return self._conversations.build(
             tenant,
-            conversation_id,
+            conversation_id or "",
             body,
             neutral,
             policy_name,
             policy,
             credentials=incoming.credentials,
+            heavy=heavy,
             dialect=incoming.dialect,
         )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -157,3 +158,20 @@ def test_compact_is_answered_from_the_ready_summary_with_no_call_at_all(
     sdk.responses.create(model=MODEL, instructions=INSTRUCTIONS, input=carried, store=False)
     sent = responses_provider.responses_requests()[-1]
     assert f"SUMMARY-{summaries}" in json.dumps(sent["input"])
+
+
+def test_when_the_summarizer_fails_the_compact_goes_to_the_provider(
+    serve, responses_provider: ResponsesProvider
+) -> None:
+    responses_provider.chat.fail_summaries = True
+    server = serve()
+    body = {"model": MODEL, "input": history(), "instructions": INSTRUCTIONS}
+    headers = {"authorization": f"Bearer {KEY}", "x-conversation-id": "codex-down"}
+
+    answer = httpx.post(f"{server.url}/v1/responses/compact", json=body, headers=headers)
+
+    assert answer.headers["x-compaction"] == "failed"
+    compacts = [
+        r for r in responses_provider.mock.received if r.path.endswith("/responses/compact")
+    ]
+    assert len(compacts) == 1 and compacts[0].json() == body  # as the client sent it
