@@ -17,19 +17,13 @@ import time
 from typing import Any
 
 from proxy.compaction.decision import LocalReply
+from proxy.dialects.responses_compact import NO_USAGE
 
 PROMPT = (
     "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another "
     "LLM that will resume the task."
 )
 _OPENING = PROMPT.encode()
-_NO_USAGE = {
-    "input_tokens": 0,
-    "input_tokens_details": {"cached_tokens": 0},
-    "output_tokens": 0,
-    "output_tokens_details": {"reasoning_tokens": 0},
-    "total_tokens": 0,
-}
 
 
 def _text(content: object) -> str:
@@ -84,7 +78,7 @@ class CodexAsk:
             "tools": [],
             "error": None,
             "incomplete_details": None,
-            "usage": _NO_USAGE,
+            "usage": NO_USAGE,
         }
         if body.get("stream") is not True:
             return LocalReply(json.dumps(response).encode())

@@ -30,7 +30,8 @@ from proxy.errors import ProxyError
 _MARK = b'"' + PREFIX.encode()
 # What stands for an item of ours that does not open (another caller's, or an old secret's).
 NOT_OPENED = "[Earlier turns of this conversation were compacted; their summary is unavailable.]"
-_NO_USAGE = {
+# A Responses usage object for an answer no model wrote.
+NO_USAGE = {
     "input_tokens": 0,
     "input_tokens_details": {"cached_tokens": 0},
     "output_tokens": 0,
@@ -100,7 +101,7 @@ class CompactItems:
             "object": "response.compaction",
             "created_at": int(time.time()),
             "output": [*users, item],
-            "usage": _NO_USAGE,
+            "usage": NO_USAGE,
         }
         return LocalReply(json.dumps(answer).encode())
 
