@@ -175,3 +175,20 @@ def test_when_the_summarizer_fails_the_compact_goes_to_the_provider(
         r for r in responses_provider.mock.received if r.path.endswith("/responses/compact")
     ]
     assert len(compacts) == 1 and compacts[0].json() == body  # as the client sent it
+
+
+def test_the_item_is_opened_even_where_compaction_is_off(
+    serve, responses_provider: ResponsesProvider
+) -> None:
+    server = serve()
+    sdk = client(server)
+    compacted = sdk.responses.compact(model=MODEL, input=history(), instructions=INSTRUCTIONS)
+    carried = [item.model_dump(exclude_none=True, warnings=False) for item in compacted.output]
+
+    sdk.responses.create(
+        model=MODEL, input=carried, store=False, extra_headers={"X-Compaction": "off"}
+    )
+
+    sent = responses_provider.responses_requests()[-1]
+    assert "compaction" not in [i.get("type") for i in sent["input"]]
+    assert "SUMMARY-1" in json.dumps(sent["input"])
