@@ -7,7 +7,8 @@ summaries, and the proxy (summarize, inline, trigger 1,200 tokens, keep 500). Ea
 a Claude Code run of ``--steps`` user turns (two tool rounds each) through the official
 ``anthropic`` SDK, then sends Claude Code's summary request twice, plain and streamed, and one
 ``/v1/responses/compact`` after a Codex-like run of as many tool rounds (the run through the
-``openai`` SDK; the compact posted as Codex posts it). Printed: the time each answer took as the
+``openai`` SDK; the compact posted as Codex posts it), and Codex's own compaction prompt on
+``/v1/responses``, streamed. Printed: the time each answer took as the
 client saw it (p50, p99, max in ms), how many were answered, and how many compaction requests
 reached the provider (the goal: none, so zero provider tokens).
 Goals (PASS/FAIL): every request answered, p50 under 50 ms, zero provider requests.
@@ -33,7 +34,7 @@ from tests.bench.bench_ahead import percentile  # noqa: E402
 from tests.support.anthropic_provider import AnthropicProvider  # noqa: E402
 from tests.support.claude_code import KEY, MODEL, SYSTEM, compaction_request, run_session  # noqa: E402
 from tests.support.codex import MODEL as CODEX_MODEL  # noqa: E402
-from tests.support.codex import codex_session  # noqa: E402
+from tests.support.codex import codex_session, compaction_prompt  # noqa: E402
 from tests.support.config import AGENT_RUN, summarizing  # noqa: E402
 from tests.support.proxies import running_mock, running_proxies  # noqa: E402
 from tests.support.responses_provider import INSTRUCTIONS, ResponsesProvider  # noqa: E402
@@ -50,7 +51,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()
-    timings: dict[str, list[float]] = {"plain": [], "streamed": [], "codex": []}
+    timings: dict[str, list[float]] = {"plain": [], "streamed": [], "codex": [], "codex-prompt": []}
     answered = 0
     with (
         running_mock() as chat,
@@ -111,6 +112,19 @@ def main() -> int:
             answer.json()
             timings["codex"].append((time.perf_counter() - started) * 1000)
             answered += answer.headers.get("x-compaction") == "answered"
+            prompt = json.dumps(
+                {
+                    "model": CODEX_MODEL,
+                    "instructions": INSTRUCTIONS,
+                    "input": compaction_prompt(items),
+                    "stream": True,
+                }
+            ).encode()
+            started = time.perf_counter()
+            answer = api_http.post(f"{server.url}/v1/responses", content=prompt, headers=headers)
+            answer.read()
+            timings["codex-prompt"].append((time.perf_counter() - started) * 1000)
+            answered += answer.headers.get("x-compaction") == "answered"
             forwarded += len(chat.received) - calls
             api.close()
             if forwarded:
@@ -120,14 +134,18 @@ def main() -> int:
             for body in provider.requests()
             if "Your task is to create" in str(body["messages"][-1])
         )
-    total = 3 * args.sessions
-    reached += sum(1 for r in codex.mock.received if r.path.endswith("/compact"))
+    total = 4 * args.sessions
+    reached += sum(
+        1
+        for r in codex.mock.received
+        if r.path.endswith("/compact") or b"CONTEXT CHECKPOINT COMPACTION" in r.body
+    )
     ok = answered == total and reached == 0
     for mode, values in timings.items():
         p50, p99 = percentile(values, 50), percentile(values, 99)
         ok = ok and p50 < 50
         print(
-            f"{mode:9} n={len(values):3}  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  max {max(values):6.2f} ms"
+            f"{mode:12} n={len(values):3}  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  max {max(values):6.2f} ms"
         )
     print(f"answered {answered}/{total}; compaction requests the provider received: {reached}")
     print("PASS" if ok else "FAIL")
