@@ -128,7 +128,7 @@ def create_app(
         review=hooks,
         tenancy=tenancy,
         prices=PriceTable(settings.pricing),
-        # The agents' own compaction (docs/agents.md).
+        # The agents' own compaction (docs/agent-compaction.md).
         agents=AgentWires(
             asks={MESSAGES.name: CLAUDE_CODE, RESPONSES.name: CODEX},
             compact=COMPACT_ITEMS,

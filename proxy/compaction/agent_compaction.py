@@ -1,6 +1,7 @@
-"""When a coding agent compacts on its own (docs/agents.md): its summary request answered from
-the conversation's ready summary, ``/v1/responses/compact`` answered where the provider has none,
-and the compaction items the proxy handed out opened again before a provider sees them.
+"""When a coding agent compacts on its own (docs/agent-compaction.md): its summary request
+answered from the conversation's ready summary, ``/v1/responses/compact`` answered where the
+provider has none, and the compaction items the proxy handed out opened again before a provider
+sees them.
 
 This is a stage before the rewriter (``Compactor.decide``): a request it does not recognise goes
 on to the rewriter unchanged, and so does every request the proxy cannot be sure of. Recognising

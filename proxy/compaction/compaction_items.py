@@ -3,7 +3,8 @@
 An item carries the summary itself (not a handle into the store), so it lives as long as the
 agent keeps it, whatever the store's TTL. It is sealed with AES-GCM under a key derived from the
 tenant secret, whatever ``store.encryption_keys`` says, with the caller's tenant as associated
-data: the client cannot read it, and another caller's item does not open (docs/agents.md).
+data: the client cannot read it, and another caller's item does not open
+(docs/agent-compaction.md).
 """
 
 from __future__ import annotations

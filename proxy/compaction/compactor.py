@@ -129,7 +129,7 @@ class Compactor:
             recall=self.recall,
         )
 
-        # The agents' own compaction (docs/agents.md): a stage before the rewriter.
+        # The agents' own compaction (docs/agent-compaction.md): a stage before the rewriter.
         self._agents = None
         if agents is not None:
             self._agents = AgentCompaction(

@@ -8,7 +8,7 @@ Request headers (the client's): ``X-Compaction: off`` skips compaction for one r
 
 Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``skipped``,
 ``pending``, ``blocked``, ``failed``, ``off``; ``answered`` when the proxy answered an agent's own
-compaction itself, docs/agents.md), with the tokens before and after, the checkpoint
+compaction itself, docs/agent-compaction.md), with the tokens before and after, the checkpoint
 applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder;
 ``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far;
 under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``

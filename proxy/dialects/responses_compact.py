@@ -1,6 +1,6 @@
 """``POST /v1/responses/compact`` (OpenAI's compaction endpoint, which Codex calls on any provider)
 and the compaction items the proxy hands out from it (``agent_compaction.CompactWire``;
-docs/agents.md).
+docs/agent-compaction.md).
 
 Wire format from openai-python 3.57 (``types/responses/compacted_response.py``: ``{"id",
 "object": "response.compaction", "created_at", "output", "usage"}``, its ``output`` "a list of

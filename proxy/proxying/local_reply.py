@@ -1,5 +1,5 @@
 """Sending an answer the proxy gives itself (``Decision.reply``: an agent's own compaction answered
-from a ready summary, docs/agents.md): one response, nothing sent upstream."""
+from a ready summary, docs/agent-compaction.md): one response, nothing sent upstream."""
 
 from __future__ import annotations
 

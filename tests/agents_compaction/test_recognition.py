@@ -1,4 +1,5 @@
-"""The rules that recognise an agent's own compaction request (docs/agents.md), on bodies."""
+"""The rules that recognise an agent's own compaction request, on bodies
+(docs/agent-compaction.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An agent's own compaction answered from the ready summary (docs/agents.md, "Figures").
+"""An agent's own compaction answered from the ready summary (docs/agent-compaction.md).
 
 Run: .venv/bin/python -m tests.bench.bench_agent_compaction [--sessions 20] [--steps 12]
 
