@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
+from proxy.compaction.agent_compaction import AgentWires, answers_compact
 from proxy.compaction.background import BackgroundQueue
 from proxy.compaction.calibration import Calibration
 from proxy.compaction.compactor import Compactor
@@ -26,7 +27,10 @@ from proxy.config.settings import Settings, load_settings
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
+from proxy.dialects.claude_code_compact import CLAUDE_CODE
+from proxy.dialects.codex_compact import CODEX
 from proxy.dialects.responses import RESPONSES
+from proxy.dialects.responses_compact import COMPACT_ITEMS, RESPONSES_COMPACT
 from proxy.economics.prices import PriceTable
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
 from proxy.events import Listeners
@@ -124,6 +128,12 @@ def create_app(
         review=hooks,
         tenancy=tenancy,
         prices=PriceTable(settings.pricing),
+        # The agents' own compaction (docs/agent-compaction.md).
+        agents=AgentWires(
+            asks={MESSAGES.name: CLAUDE_CODE, RESPONSES.name: CODEX},
+            compact=COMPACT_ITEMS,
+            answer_compact=answers_compact(str(settings.upstream.base_url)),
+        ),
     )
     recorder = Recorder.from_settings(
         settings.record, conversation_header=settings.conversation.header
@@ -233,6 +243,11 @@ def create_app(
         Route("/v1/chat/completions", CompactedRoute(resources, CHAT, openai), methods=["POST"]),
         Route("/v1/responses", CompactedRoute(resources, RESPONSES, openai), methods=["POST"]),
         Route("/v1/messages", CompactedRoute(resources, MESSAGES, anthropic), methods=["POST"]),
+        Route(
+            "/v1/responses/compact",
+            CompactedRoute(resources, RESPONSES_COMPACT, openai),
+            methods=["POST"],
+        ),
         # The rest of Anthropic's Messages API (count_tokens, batches, other methods) goes to the
         # Anthropic upstream unchanged: never to the OpenAI one, with an Anthropic key.
         Route("/v1/messages", PassThrough(resources, anthropic)),

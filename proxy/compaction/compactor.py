@@ -15,6 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from proxy.compaction.agent_compaction import AgentCompaction, AgentWires
 from proxy.compaction.ahead import AheadOfTime
 from proxy.compaction.background import BackgroundQueue
 from proxy.compaction.calibration import Calibration
@@ -64,6 +65,7 @@ class Compactor:
         tenancy: Tenancy | None = None,
         prices: PriceTable | None = None,
         clock: Callable[[], float] = time.time,
+        agents: AgentWires | None = None,
     ) -> None:
         listeners = listeners or Listeners()
         tenancy = tenancy or store.tenancy  # the app's; a store built apart keys by its own
@@ -127,11 +129,29 @@ class Compactor:
             recall=self.recall,
         )
 
+        # The agents' own compaction (docs/agent-compaction.md): a stage before the rewriter.
+        self._agents = None
+        if agents is not None:
+            self._agents = AgentCompaction(
+                settings,
+                agents,
+                tenancy=tenancy,
+                conversations=self._conversations,
+                stored=self._stored,
+                counter=counter,
+                summarizer_for=summarizer_for,
+                listeners=listeners,
+            )
+
     # --- the request path ---------------------------------------------------------------------
 
     async def decide(self, incoming: Incoming) -> Decision:
         """What to send for one request, and what to do after its answer (the route's one
         call). Raises ProxyError (a 4xx) for a request no provider should see."""
+        if self._agents is not None:
+            answered, incoming = await self._agents.first(incoming)
+            if answered is not None:
+                return answered
         return await self._rewriter.decide(incoming)
 
     # --- primitives for the admin API (proxy/ops/admin/routes.py) -----------------------------

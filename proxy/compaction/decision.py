@@ -74,6 +74,16 @@ class NativeAttempt(Protocol):
 
 
 @dataclass(frozen=True)
+class LocalReply:
+    """An answer the proxy gives itself, with nothing sent upstream (an agent's own compaction
+    answered from a ready summary, ``proxy.compaction.agent_compaction``)."""
+
+    body: bytes
+    content_type: bytes = b"application/json"
+    status: int = 200
+
+
+@dataclass(frozen=True)
 class Decision:
     """What to send for one request, and what to do after the answer."""
 
@@ -85,3 +95,5 @@ class Decision:
     native: NativeAttempt | None = None
     # The request went out with the recall tool: the forwarder answers its calls (issue 20).
     recall: RecallSession | None = None
+    # Answered by the proxy itself: sent to the client as it is, nothing forwarded.
+    reply: LocalReply | None = None

@@ -7,7 +7,8 @@ Request headers (the client's): ``X-Compaction: off`` skips compaction for one r
 (``proxy.compaction.focus``). None of them reaches the provider.
 
 Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``skipped``,
-``pending``, ``blocked``, ``failed``, ``off``), with the tokens before and after, the checkpoint
+``pending``, ``blocked``, ``failed``, ``off``; ``answered`` when the proxy answered an agent's own
+compaction itself, docs/agent-compaction.md), with the tokens before and after, the checkpoint
 applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder;
 ``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far;
 under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``
@@ -30,6 +31,8 @@ LEDGER = "x-compaction-ledger"  # response: the conversation's dollars so far (l
 FOCUS = "x-compaction-focus"  # request: one line for the summary this request makes
 STRATEGY = "x-compaction-strategy"  # response: the strategy that ran (native, or its fallback)
 NATIVE = "x-compaction-native"  # response: what the provider's own compaction did
+
+ANSWERED = "answered"  # response: an agent's own compaction, answered by the proxy itself
 
 # As errors name them (the case the docs write).
 POLICY_PARAM = "X-Compaction-Policy"
@@ -83,6 +86,17 @@ def response_headers(
     if retried:
         headers.append(_RETRIED)
     return headers
+
+
+def answered_headers(tokens_before: int, checkpoint: str | None, policy: str) -> RawHeaders:
+    """An agent's own compaction the proxy answered itself: nothing reached the provider."""
+    return [
+        (_SWITCH, ANSWERED.encode()),
+        (_TOKENS_BEFORE, str(tokens_before).encode()),
+        (_TOKENS_AFTER, b"0"),
+        (_CHECKPOINT, (checkpoint or "").encode()),
+        (_POLICY, policy.encode()),
+    ]
 
 
 def ledger_header(

@@ -91,7 +91,8 @@ class Metrics:
         )
         self.compactions = Counter(
             "proxy_compactions",
-            "Chat completions by compaction outcome (applied, skipped, pending, blocked, failed, off).",
+            "Chat completions by compaction outcome (applied, skipped, pending, blocked, failed, off, "
+            "answered).",
             ["strategy", "outcome"],
             registry=r,
         )

@@ -26,6 +26,7 @@ from proxy.proxying.body import (
 )
 from proxy.proxying.events import RequestFinished, RequestRead
 from proxy.proxying.forward import forward
+from proxy.proxying.local_reply import send_reply
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
 from proxy.proxying.resend import Resend
 from proxy.proxying.targets import AnthropicTarget, Target
@@ -151,6 +152,11 @@ class CompactedRoute(_Route):
             return
         except ConnectionResetError:
             exchange.status = CLIENT_CLOSED
+            return
+        if decision.reply is not None:  # answered by the proxy itself: nothing goes upstream
+            await send_reply(
+                send, decision.reply, exchange, extra_headers=decision.response_headers
+            )
             return
         if decision.body is None and body.was_read:
             # Read already (compaction looked, and sends it as it came): it cannot stream again.
