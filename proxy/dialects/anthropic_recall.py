@@ -116,7 +116,7 @@ class AnthropicSplice:
             usage = as_mapping(event.get("message")).get("usage")
             self._start_usage = dict(usage) if isinstance(usage, Mapping) else {}
             return None
-        if kind in _BLOCK_EVENTS and isinstance(event.get("index"), int):
+        if isinstance(kind, str) and kind in _BLOCK_EVENTS and isinstance(event.get("index"), int):
             return {**event, "index": event["index"] + self._offset}
         if kind == "message_delta":
             usage = event.get("usage")

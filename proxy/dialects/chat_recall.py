@@ -153,7 +153,7 @@ class ChatSplice:
         self._id = completion_id
 
     def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        choices = event.get("choices")
+        choices = as_list(event.get("choices"))
         if choices and not event.get("usage") and all(_opening(c) for c in choices):
             return None
         return {**event, "id": self._id} if self._id is not None else event

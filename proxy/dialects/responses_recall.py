@@ -101,11 +101,11 @@ class ResponsesSplice:
             e["sequence_number"] for e in relayed if isinstance(e.get("sequence_number"), int)
         ]
         self._number = max(numbers, default=-1)
-        opened = next((e["response"] for e in relayed if e.get("type") in _OPENING), None)
+        opened = next((e.get("response") for e in relayed if _opening(e)), None)
         self._id = opened.get("id") if isinstance(opened, Mapping) else None
 
     def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        if event.get("type") in _OPENING:
+        if _opening(event):
             return None
         out = dict(event)
         if isinstance(out.get("output_index"), int):
@@ -120,6 +120,11 @@ class ResponsesSplice:
                 whole["id"] = self._id
             out["response"] = whole
         return out
+
+
+def _opening(event: Mapping[str, Any]) -> bool:
+    kind = event.get("type")
+    return isinstance(kind, str) and kind in _OPENING
 
 
 def _said(item: Mapping[str, Any]) -> dict[str, Any]:
