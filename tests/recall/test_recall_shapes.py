@@ -12,34 +12,17 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.support.anthropic_provider import message
 from tests.support.clients import openai_client
 from tests.support.config import merged, summarizing
-from tests.support.dialect_streams import (
-    anthropic_stream,
-    response_body,
-    responses_stream,
-    responses_text_item,
-)
-from tests.support.mock_upstream import (
-    MockUpstream,
-    Received,
-    Reply,
-    completion,
-    json_reply,
-    sse_chunks,
-    sse_reply,
-)
+from tests.support.deep_model import AFTER, DEEP, DeepModel, answered_bytes
+from tests.support.dialect_streams import response_body, responses_stream, responses_text_item
+from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
 from tests.support.provider import SYSTEM, take_turn
-from tests.support.recall_histories import anthropic_history, responses_history
-from tests.support.recall_model import TOOL, chat_tool_stream
+from tests.support.recall_histories import anthropic_history, chat_history, responses_history
+from tests.support.recall_model import TOOL
 from tests.support.recall_provider import CLEARING, RecallProvider, recall_results
 from tests.support.sdk_clients import closed_after_test
 
-DEPTH = 1000
-DEEP = "[" * DEPTH + "]" * DEPTH  # valid JSON, nested a thousand deep
-DEEP_ARGS = '{"id": ' + DEEP + "}"
-PLACEHOLDER = "DEEP-INPUT-HERE"
 BIG = "\nthe config\n" + "a line of the config file\n" * 80
 
 
@@ -104,70 +87,31 @@ def test_an_old_responses_call_with_deep_arguments_is_served(mock, start_proxy):
     assert "recall id r" in json.dumps(sent["input"])
 
 
-# --- the model's answer: a recall call nested a thousand deep ---------------------------------
-
-
-def _deep_recall_then_text(stream: bool) -> list[Reply]:
-    call = {
-        "id": "call_deep",
-        "type": "function",
-        "function": {"name": TOOL, "arguments": DEEP_ARGS},
-    }
-    if stream:
-        return [sse_reply(chat_tool_stream([call])), sse_reply(sse_chunks(["after ", "all"]))]
-    return [
-        json_reply(completion("", tool_calls=[call])),
-        json_reply(completion("after all")),
-    ]
+# --- the model's answer: a call nested a thousand deep ----------------------------------------
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_chat_recall_call_nested_deep_is_answered_as_a_call_without_an_id(
     mock, start_proxy, stream
 ):
-    provider = RecallProvider(mock)
+    mock.default = DeepModel()
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, f"deep-recall-chat-{stream}")
-    history: list[dict[str, Any]] = [SYSTEM]
-    take_turn(client, history, "Step 0 TOOL", tool_output=BIG)
-    for turn in range(1, 4):
-        take_turn(client, history, f"Question {turn}: and then?")
-    before = len(provider.chat_requests())
-    mock.push(*_deep_recall_then_text(stream))
-    history.append({"role": "user", "content": "go"})
+    history = chat_history(BIG, "go")
     if stream:
         chunks = list(client.chat.completions.create(model="gpt-4o", messages=history, stream=True))
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     else:
-        text = client.chat.completions.create(model="gpt-4o", messages=history)
-        text = text.choices[0].message.content
-    assert text == "after all"
-    again = provider.chat_requests()[before + 1]
+        reply = client.chat.completions.create(model="gpt-4o", messages=history)
+        text = reply.choices[0].message.content
+    assert text == AFTER
+    again = mock.chat_requests()[-1].json()
     assert [r.startswith("No recall id given") for r in recall_results(again)] == [True]
-
-
-def _responses_deep_call(request: Received) -> Reply:
-    body = request.json()
-    offered = any(t.get("name") == TOOL for t in body.get("tools") or [])
-    if offered and body.get("tool_choice") != "none" and body["input"][-1].get("role") == "user":
-        item: dict[str, Any] = {
-            "type": "function_call",
-            "id": "fc_deep",
-            "call_id": "call_deep",
-            "name": TOOL,
-            "arguments": DEEP_ARGS,
-            "status": "completed",
-        }
-    else:
-        item = responses_text_item("after all")
-    if body.get("stream"):
-        return sse_reply(responses_stream([item]))
-    return json_reply(response_body([item]))
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_responses_recall_call_nested_deep_is_answered(mock, start_proxy, stream):
-    mock.default = _responses_deep_call
+    mock.default = DeepModel()
     server = start_proxy(summarizing(mock.url, policy=CLEARING))
     client = openai_client(server, f"deep-recall-responses-{stream}")
     items = responses_history(BIG, "what is the port?")
@@ -176,41 +120,9 @@ def test_a_responses_recall_call_nested_deep_is_answered(mock, start_proxy, stre
         final = next(e.response for e in events if e.type == "response.completed")
     else:
         final = client.responses.create(model="gpt-4o", input=items)
-    assert final.output_text == "after all"
+    assert final.output_text == AFTER
     again = [r.json() for r in mock.received if r.path.endswith("/responses")][-1]
     assert again["input"][-1]["output"].startswith("No recall id given")
-
-
-# --- the model's answer on /v1/messages: a tool_use whose input nests a thousand deep ---------
-
-
-def _deepened(reply: Reply) -> Reply:
-    """``reply`` with the placeholder input replaced by JSON nested ``DEPTH`` deep (a body the
-    test's own json could not write)."""
-    chunks = []
-    for chunk in reply.chunks:
-        if isinstance(chunk, bytes):
-            chunk = chunk.replace(b'\\"' + PLACEHOLDER.encode() + b'\\"', DEEP.encode())
-            chunk = chunk.replace(b'"' + PLACEHOLDER.encode() + b'"', DEEP.encode())
-        chunks.append(chunk)
-    return Reply(status=reply.status, headers=reply.headers, chunks=chunks)
-
-
-def _anthropic_deep(name: str):
-    def model(request: Received) -> Reply:
-        body = request.json()
-        if body["messages"][-1]["role"] == "user" and isinstance(
-            body["messages"][-1]["content"], str
-        ):
-            blocks = [{"type": "tool_use", "id": "toolu_d", "name": name, "input": PLACEHOLDER}]
-        else:
-            blocks = [{"type": "text", "text": "after all"}]
-        if body.get("stream"):
-            return _deepened(sse_reply(anthropic_stream(blocks)))
-        stop = "tool_use" if blocks[0]["type"] == "tool_use" else "end_turn"
-        return _deepened(json_reply(message(blocks, model=body["model"], stop=stop)))
-
-    return model
 
 
 @pytest.fixture
@@ -224,7 +136,7 @@ def anthropic_proxy(mock: MockUpstream, second_mock: MockUpstream, start_proxy):
 def test_an_anthropic_tool_use_nested_deep_never_makes_a_500(
     anthropic_proxy, second_mock, stream, name
 ):
-    second_mock.default = _anthropic_deep(name)
+    second_mock.default = model = DeepModel(name)
     client = closed_after_test(
         anthropic.Anthropic(
             base_url=anthropic_proxy.url,
@@ -234,21 +146,15 @@ def test_an_anthropic_tool_use_nested_deep_never_makes_a_500(
         )
     )
     raw = client.messages.with_raw_response.create(
-        model="claude-x",
-        max_tokens=100,
-        messages=anthropic_history(BIG, "go"),
-        stream=stream,
+        model="claude-x", max_tokens=100, messages=anthropic_history(BIG, "go"), stream=stream
     )
     assert raw.status_code == 200
     got = raw.http_response.read()
     asked = [r for r in second_mock.received if r.path.endswith("/messages")]
-    first_answer = b"".join(
-        c for c in _anthropic_deep(name)(asked[0]).chunks if isinstance(c, bytes)
-    )
     if name == "read_file" or not stream:
         # Not readable (a body nested past what recall reads) or not a recall: as it came.
-        assert got == first_answer
+        assert got == answered_bytes(model(asked[0]))
     else:  # streamed, the input came as text: a recall call without a readable id, answered
-        assert b"after all" in got and TOOL.encode() not in got
+        assert AFTER.encode() in got and TOOL.encode() not in got
         results = asked[-1].json()["messages"][-1]["content"]
         assert results[0]["content"].startswith("No recall id given")
