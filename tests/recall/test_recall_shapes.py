@@ -10,11 +10,12 @@ import json
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from tests.support.clients import openai_client
 from tests.support.config import merged, summarizing
-from tests.support.deep_model import AFTER, DEEP, DeepModel, answered_bytes
+from tests.support.deep_model import AFTER, DEEP, DEPTH, DeepModel, answered_bytes
 from tests.support.dialect_streams import response_body, responses_stream, responses_text_item
 from tests.support.mock_upstream import MockUpstream, Received, Reply, json_reply, sse_reply
 from tests.support.provider import SYSTEM, take_turn
@@ -23,6 +24,7 @@ from tests.support.recall_model import TOOL
 from tests.support.recall_provider import CLEARING, RecallProvider, recall_results
 from tests.support.sdk_clients import closed_after_test
 
+PLACEHOLDER = "DEEP-INPUT-HERE"
 BIG = "\nthe config\n" + "a line of the config file\n" * 80
 
 
@@ -158,3 +160,29 @@ def test_an_anthropic_tool_use_nested_deep_never_makes_a_500(
         assert AFTER.encode() in got and TOOL.encode() not in got
         results = asked[-1].json()["messages"][-1]["content"]
         assert results[0]["content"].startswith("No recall id given")
+
+
+def test_an_old_anthropic_tool_use_nested_deep_is_never_a_500(anthropic_proxy, second_mock):
+    """A client's own tool_use, its input nested deep: served to 300 levels; at a thousand, past
+    what the proxy can write again to hash it, a 400 in Anthropic's shape like any body nested
+    too deeply (posted raw: the SDK's own json cannot write it)."""
+    second_mock.default = DeepModel()
+    statuses = {}
+    for depth in (300, DEPTH):
+        history = anthropic_history(BIG, "and now?")
+        history[1]["content"][0]["input"] = PLACEHOLDER
+        body = json.dumps({"model": "claude-x", "max_tokens": 10, "messages": history})
+        response = httpx.post(
+            f"{anthropic_proxy.url}/v1/messages",
+            content=body.replace(f'"{PLACEHOLDER}"', "[" * depth + "]" * depth),
+            headers={
+                "x-api-key": "sk-ant-test",
+                "anthropic-version": "2023-06-01",
+                "x-conversation-id": f"old-deep-{depth}",
+                "content-type": "application/json",
+            },
+        )
+        statuses[depth] = response.status_code
+        if response.status_code == 400:
+            assert response.json()["error"]["type"] == "invalid_request_error"
+    assert statuses == {300: 200, DEPTH: 400}
