@@ -23,10 +23,7 @@ def quoted(handle: str, text: str, *, query: str | None, max_bytes: int) -> str:
     if query:
         lines = _matching(text, query)
         if lines is None:
-            return (
-                f"No line of this original contains {query!r}; call again without query for "
-                "all of it."
-            )
+            return _no_match(query)
         text = lines
     encoded = text.encode("utf-8", "surrogatepass")
     if len(encoded) > max_bytes:
@@ -44,11 +41,11 @@ def matching_lines(text: str, query: str) -> str:
     """The lines of ``text`` containing ``query`` (case-insensitive), with a few around each;
     a sentence when none does."""
     lines = _matching(text, query)
-    if lines is None:
-        return (
-            f"No line of this original contains {query!r}; call again without query for all of it."
-        )
-    return lines
+    return _no_match(query) if lines is None else lines
+
+
+def _no_match(query: str) -> str:
+    return f"No line of this original contains {query!r}; call again without query for all of it."
 
 
 def _matching(text: str, query: str) -> str | None:
