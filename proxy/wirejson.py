@@ -8,6 +8,10 @@ invalid UTF-8 once decoded) and integers beyond 64 bits (which orjson would read
 What neither can take (nesting deeper than about a thousand levels, integers of thousands of
 digits, text that is not JSON) is a 400 in OpenAI's error shape, never a RecursionError's 500.
 
+JSON found inside a body (a tool call's ``arguments`` text) or in a provider's answer is read by
+``loads_shallow``: its depth is measured without recursion first, and past ``MAX_DEPTH`` it is
+unreadable (a ValueError), so no parser, ``str`` or writer ever descends into it.
+
 ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON, but Python's ``json.dumps`` writes them by
 default (a ``temperature`` a client computed, a schema's bound) and the standard library reads
 them. A body holding one goes out as it came: parsed as ``NonFinite`` floats, which orjson
