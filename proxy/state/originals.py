@@ -5,8 +5,9 @@ under a key derived from the tenant and the conversation (``Tenancy.originals_ke
 that key as associated data, bound to its owner (another owner's value reads as empty), with the
 store's TTL, written by compare-and-set. It holds handle -> text, oldest first, within a byte
 budget (``recall.budget_bytes``, counted as the value holds them: JSON): adding past it evicts
-the oldest, and a piece larger than half the budget is kept cut to that, saying so. A handle is looked up only in its own conversation's
-value, so a handle of another conversation or tenant is simply not there.
+the oldest, and a piece larger than half the budget is kept cut to that, saying so. A handle is
+looked up only in its own conversation's value, so a handle of another conversation or tenant
+is simply not there.
 
 The request path never sees a failure: ``keep`` answers None, ``find`` answers ``UNAVAILABLE``.
 """
