@@ -8,6 +8,10 @@ invalid UTF-8 once decoded) and integers beyond 64 bits (which orjson would read
 What neither can take (nesting deeper than about a thousand levels, integers of thousands of
 digits, text that is not JSON) is a 400 in OpenAI's error shape, never a RecursionError's 500.
 
+JSON found inside a body (a tool call's ``arguments`` text) or in a provider's answer is read by
+``loads_shallow``: its depth is measured without recursion first, and past ``MAX_DEPTH`` it is
+unreadable (a ValueError), so no parser, ``str`` or writer ever descends into it.
+
 ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON, but Python's ``json.dumps`` writes them by
 default (a ``temperature`` a client computed, a schema's bound) and the standard library reads
 them. A body holding one goes out as it came: parsed as ``NonFinite`` floats, which orjson
@@ -18,6 +22,7 @@ would write ``null``).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -107,3 +112,60 @@ def _encode_exactly(value: Any, *, sort_keys: bool) -> bytes:
         # ensure_ascii escapes every surrogate (and all other non-ASCII) as \uXXXX: valid JSON
         # for the same text, which is what the client itself must have sent.
         return json.dumps(value, sort_keys=sort_keys, separators=(",", ":")).encode()
+
+
+# How deep a value recall reads of a tool call or a provider's answer may nest: far beyond any
+# real arguments, and well within what the standard library's parser and writer, and orjson's
+# writer (255 levels, the body around the value included), take without a RecursionError.
+MAX_DEPTH = 128
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+
+
+class TooDeep(ValueError):
+    """JSON text nested deeper than allowed (a ValueError: unreadable, like any bad JSON)."""
+
+
+def loads_shallow(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """JSON text that nests at most ``max_depth`` levels, parsed; ValueError for anything else
+    (``TooDeep`` past the depth). The depth is measured before any parser descends into it."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if data.count(b"[") + data.count(b"{") > max_depth and _depth(data, max_depth) > max_depth:
+        raise TooDeep(f"JSON nested deeper than {max_depth} levels")
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:  # a lone surrogate, a huge integer: the slower reader
+        return json.loads(data.decode("utf-8", "surrogatepass"))
+
+
+def _depth(data: bytes, limit: int) -> int:
+    """How deep ``data``'s brackets nest, up to ``limit + 1`` (no recursion: each pass drops
+    the innermost pairs, in C). Brackets that do not pair up count as too deep: no JSON."""
+    brackets = _NOT_BRACKET.sub(b"", _STRING.sub(b"", data))
+    for depth in range(limit + 1):
+        if not brackets:
+            return depth
+        fewer = _INNERMOST.sub(b"", brackets)
+        if len(fewer) == len(brackets):
+            return limit + 1
+        brackets = fewer
+    return limit + 1
+
+
+def nests_within(value: Any, max_depth: int = MAX_DEPTH) -> bool:
+    """Whether a parsed value nests at most ``max_depth`` levels (iterative: the value is
+    untrusted, and ``str``, ``json.dumps`` and orjson all recurse)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True

@@ -8,16 +8,17 @@ forwarder, whose loop (``proxy/proxying/recall_loop.py``) answers the model's ca
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
+from proxy import wirejson
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.offload import work
 from proxy.compaction.pending import PendingWrites
+from proxy.compaction.recall_answer import quoted
 from proxy.compaction.recall_contract import RecallShape, ToolCall
 from proxy.compaction.recall_events import (
     OriginalsKept,
@@ -25,7 +26,7 @@ from proxy.compaction.recall_events import (
     RecallOffered,
     RecallRounds,
 )
-from proxy.compaction.recall_notes import TRUNCATED, Piece, annotate
+from proxy.compaction.recall_notes import Piece, annotate
 from proxy.compaction.spending import Spending, read_usage
 from proxy.config.recall import RecallSettings
 from proxy.core.planner import Plan
@@ -37,7 +38,6 @@ from proxy.state.tenancy import Tenancy
 from proxy.types import RawHeaders
 
 _KNOWN_KEPT = 4096  # (conversation, handle) pairs this process knows are stored already
-_QUERY_CONTEXT_LINES = 3
 
 
 class Recall:
@@ -150,7 +150,8 @@ class RecallSession:
         """The tool result for one recall call: the original (or its matching lines), or a
         sentence saying why there is none. Never raises."""
         try:
-            args = json.loads(call.arguments or "{}")
+            # Bounded before it is parsed: a model may write arguments nested a thousand deep.
+            args = wirejson.loads_shallow(call.arguments or "{}")
         except ValueError:
             args = None
         handle = args.get("id") if isinstance(args, dict) else None
@@ -173,9 +174,8 @@ class RecallSession:
             return f"Not found: no original with recall id {handle} in this conversation (unknown or expired)."
         self._count("found")
         query = args.get("query") if isinstance(args, dict) else None
-        if isinstance(query, str) and query.strip():
-            text = matching_lines(text, query.strip())
-        return _capped(text, self.settings.max_result_bytes)
+        query = query.strip() if isinstance(query, str) and query.strip() else None
+        return quoted(handle, text, query=query, max_bytes=self.settings.max_result_bytes)
 
     def _count(self, outcome: str) -> None:
         self.recall._listeners.emit(RecallAnswered(outcome))
@@ -256,33 +256,3 @@ def _ceiling(conv: Conversation, plan: Plan) -> int:
         budgets.append(int(window * policy.trigger.context_fraction))
     kept = [b for b in budgets if b > 0 and plan.tokens_after <= b]
     return min([plan.tokens_before - 1, *kept])
-
-
-def matching_lines(text: str, query: str) -> str:
-    """The lines of ``text`` containing ``query`` (case-insensitive), with a few around each;
-    a sentence when none does."""
-    lines = text.splitlines()
-    wanted = query.casefold()
-    keep: set[int] = set()
-    for n, line in enumerate(lines):
-        if wanted in line.casefold():
-            keep.update(range(max(0, n - _QUERY_CONTEXT_LINES), n + _QUERY_CONTEXT_LINES + 1))
-    if not keep:
-        return (
-            f"No line of this original contains {query!r}; call again without query for all of it."
-        )
-    out: list[str] = []
-    last = -2
-    for n in sorted(k for k in keep if k < len(lines)):
-        if n != last + 1 and out:
-            out.append("...")
-        out.append(lines[n])
-        last = n
-    return "\n".join(out)
-
-
-def _capped(text: str, max_bytes: int) -> str:
-    encoded = text.encode("utf-8", "surrogatepass")
-    if len(encoded) <= max_bytes:
-        return text
-    return encoded[: max_bytes - len(TRUNCATED)].decode("utf-8", "ignore") + TRUNCATED

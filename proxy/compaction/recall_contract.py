@@ -43,6 +43,17 @@ class Answered:
     last: bool
 
 
+def as_mapping(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: a provider's answer is read for
+    what it holds, never trusted to have the documented shape."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: object) -> list[Any]:
+    """``value`` when it is a JSON array, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
 class StreamSplice(Protocol):
     """How a stream the client is reading goes on with the events of another answer (the one
     that came after a recall answered mid-reply): opening events dropped, positions and ids

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from proxy import wirejson
 from proxy.config.recall import RecallSettings
 from proxy.core.clearing import CLEARED_STUB
 from proxy.core.planner import Plan
@@ -29,6 +29,8 @@ _STUB = re.compile("^" + re.escape(CLEARED_STUB).replace(re.escape("{tokens}"), 
 _ARGS_CHARS = 60  # a call's arguments, in brief, in a stub or an index line
 TRUNCATED = "\n[recall truncated: ask again with a query to see a part]"
 _INDEX_MAX_CHARS = 2000  # the index stays short (~500 tokens) whatever index_entries says
+_BLOCK_DEPTH = 8  # content blocks within blocks (a tool_result's) read for their text
+_INDENT = "  "  # a segment's continuation lines: only a message's first line is unindented
 
 
 @dataclass(frozen=True)
@@ -104,56 +106,82 @@ def annotate(
 
 
 def _stub_text(piece: Piece, tokens: int) -> str:
-    return f"[tool result cleared to save context: {piece.label}, {tokens:,} tokens; recall id {piece.handle}]"
+    label = escape_tags(piece.label)
+    return f"[tool result cleared to save context: {label}, {tokens:,} tokens; recall id {piece.handle}]"
 
 
 def _calls_by_id(source: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
-    """tool_call_id -> (tool name, arguments in brief)."""
+    """tool_call_id -> (tool name, arguments in brief), each on one line."""
     found: dict[str, tuple[str, str]] = {}
     for message in source:
-        for call in message.get("tool_calls") or ():
-            if not isinstance(call, dict):
-                continue
-            function = call.get("function") or {}
-            found[str(call.get("id"))] = (
-                str(function.get("name") or "tool"),
-                _brief(function.get("arguments")),
-            )
+        for call in _tool_calls(message):
+            name, arguments = _call_parts(call)
+            found[str(call.get("id"))] = (_one_line(name, _ARGS_CHARS), _brief(arguments))
     return found
+
+
+def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _call_parts(call: dict[str, Any]) -> tuple[str, object]:
+    """A call's name and arguments, whatever its type: a ``function`` call's, a ``custom``
+    one's (its ``input``); a shape this does not know is a call of "tool"."""
+    for kind, arguments in (("function", "arguments"), ("custom", "input")):
+        body = call.get(kind)
+        if isinstance(body, dict):
+            return str(body.get("name") or "tool"), body.get(arguments)
+    return "tool", None
 
 
 def _brief(arguments: object) -> str:
     try:
-        data = json.loads(arguments) if isinstance(arguments, str) else arguments
+        # Bounded before it is parsed: a client may send arguments nested a thousand deep.
+        data = wirejson.loads_shallow(arguments) if isinstance(arguments, str) else arguments
     except ValueError:
         data = arguments
     if isinstance(data, dict):
-        text = " ".join(str(v) for v in data.values())
+        text = " ".join(v if isinstance(v, str) else _json_text(v) for v in data.values())
     else:
-        text = "" if data is None else str(data)
-    text = " ".join(text.split())
-    return text if len(text) <= _ARGS_CHARS else text[: _ARGS_CHARS - 1] + "…"
+        text = "" if data is None else data if isinstance(data, str) else _json_text(data)
+    return _one_line(text, _ARGS_CHARS)
 
 
-def text_of(content: object) -> str:
-    """A message's content as plain text (a string, or the text parts of a list of blocks)."""
+def _one_line(text: str, limit: int) -> str:
+    """``text`` with its whitespace (newlines too) collapsed, cut to ``limit`` characters: a
+    label is one line, so what a client named its tool cannot add a line to the index."""
+    text = " ".join(text[: limit * 4].split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def text_of(content: object, depth: int = 0) -> str:
+    """A message's content as plain text (a string, or the text parts of a list of blocks,
+    blocks within blocks to a few levels)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = []
-        for part in content:
+        for part in content if depth < _BLOCK_DEPTH else ():
             if isinstance(part, dict):
                 value = part.get("text", part.get("content", ""))
-                parts.append(value if isinstance(value, str) else text_of(value))
+                parts.append(value if isinstance(value, str) else text_of(value, depth + 1))
             elif isinstance(part, str):
                 parts.append(part)
         return "\n".join(parts)
-    return "" if content is None else json.dumps(content, ensure_ascii=False)
+    return "" if content is None else _json_text(content)
+
+
+def _json_text(value: object) -> str:
+    """A value that is not text, as JSON (one nested past what any walk may descend: a note)."""
+    if not wirejson.nests_within(value):
+        return "[a value nested too deeply to show]"
+    return wirejson.encode(value).decode("utf-8", "replace")
 
 
 def _tool_piece(salt: str, result: dict[str, Any], calls: dict[str, tuple[str, str]]) -> Piece:
     call_id = str(result.get("tool_call_id"))
-    name, args = calls.get(call_id, (str(result.get("name") or "tool"), ""))
+    name, args = calls.get(call_id, (_one_line(str(result.get("name") or "tool"), _ARGS_CHARS), ""))
     text = text_of(result.get("content"))
     label = f"tool output of {name} {args}".rstrip()
     return Piece(handle_of(salt, "tool:" + call_id, text), label, text)
@@ -199,23 +227,27 @@ def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings) -> list[Pie
 def _names(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> list[str]:
     """The tools a message called, as "name args" in brief."""
     found = []
-    for call in message.get("tool_calls") or ():
-        if isinstance(call, dict):
-            name, args = calls.get(str(call.get("id")), ("tool", ""))
-            found.append(f"{name} {args}".strip())
+    for call in _tool_calls(message):
+        name, args = calls.get(str(call.get("id")), ("tool", ""))
+        found.append(f"{name} {args}".strip())
     return found
 
 
 def _line(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> str:
+    """One message of a segment: its role, then its text, each further line of it indented, so
+    that a line of a tool's output never reads as a turn of its own."""
     role = str(message.get("role"))
     text = text_of(message.get("content"))
     if role in ("tool", "function"):
         name, args = calls.get(str(message.get("tool_call_id")), ("tool", ""))
-        return f"tool output of {name} {args}: {text}"
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") or {} if isinstance(call, dict) else {}
-        text += f"\n[calls {function.get('name')} {function.get('arguments')}]"
-    return f"{role}: {text}"
+        head = f"tool output of {name} {args}".rstrip()
+    else:
+        head = _one_line(role, _ARGS_CHARS)
+        for call in _tool_calls(message):
+            name, arguments = _call_parts(call)
+            shown = arguments if isinstance(arguments, str) else text_of(arguments)
+            text += f"\n[calls {_one_line(name, _ARGS_CHARS)} {shown}]"
+    return f"{head}: " + text.replace("\n", "\n" + _INDENT)
 
 
 def _summary_at(messages: list[dict[str, Any]]) -> int | None:

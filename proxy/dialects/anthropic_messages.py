@@ -155,7 +155,12 @@ def _parts(content: object) -> str | list[dict[str, Any]]:
 
 
 def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
-    arguments = json.dumps(block.get("input", {}), ensure_ascii=False, sort_keys=True)
+    value = block.get("input", {})
+    # The wire block goes out as it came; an input nested past what a JSON writer descends
+    # is only not shown to the planner and the summarizer.
+    if not wirejson.nests_within(value):
+        value = "[input nested too deeply to show]"
+    arguments = json.dumps(value, ensure_ascii=False, sort_keys=True)
     return {
         "id": block["id"],
         "type": "function",

@@ -8,7 +8,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, Answered, ModelReply, ToolCall
+from proxy import wirejson
+from proxy.compaction.recall_contract import (
+    TEXT,
+    TOOL,
+    UNDECIDED,
+    Answered,
+    ModelReply,
+    ToolCall,
+    as_mapping,
+)
 from proxy.dialects.chat_recall import recall_parameters, with_tool
 
 
@@ -21,7 +30,7 @@ class AnthropicRecall:
 
     def read(self, data: bytes) -> ModelReply | None:
         try:
-            content = json.loads(data)["content"]
+            content = wirejson.loads_shallow(data)["content"]
         except (ValueError, KeyError, TypeError):
             return None
         return _reply(content) if isinstance(content, list) else None
@@ -29,7 +38,7 @@ class AnthropicRecall:
     def classify(self, event: Mapping[str, Any]) -> int:
         if event.get("type") != "content_block_start":
             return UNDECIDED
-        kind = (event.get("content_block") or {}).get("type")
+        kind = as_mapping(event.get("content_block")).get("type")
         if kind == "text":
             return TEXT
         return TOOL if kind in ("tool_use", "server_tool_use") else UNDECIDED
@@ -40,9 +49,9 @@ class AnthropicRecall:
         for event in events:
             index = event.get("index")
             if event.get("type") == "content_block_start" and isinstance(index, int):
-                blocks[index] = dict(event.get("content_block") or {})
+                blocks[index] = dict(as_mapping(event.get("content_block")))
             elif event.get("type") == "content_block_delta" and index in blocks:
-                delta = event.get("delta") or {}
+                delta = as_mapping(event.get("delta"))
                 kind = delta.get("type")
                 block = blocks[index]
                 if kind == "input_json_delta":
@@ -55,7 +64,8 @@ class AnthropicRecall:
                     block["signature"] = str(delta.get("signature") or "")
         for index, text in partial.items():
             try:
-                blocks[index]["input"] = json.loads(text) if text else {}
+                # Bounded before it is parsed: a model may write input nested a thousand deep.
+                blocks[index]["input"] = wirejson.loads_shallow(text) if text else {}
             except ValueError:
                 blocks[index]["input"] = {}
         return _reply([blocks[i] for i in sorted(blocks)])
@@ -103,14 +113,14 @@ class AnthropicSplice:
     def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
         kind = event.get("type")
         if kind == "message_start":
-            usage = (event.get("message") or {}).get("usage")
+            usage = as_mapping(event.get("message")).get("usage")
             self._start_usage = dict(usage) if isinstance(usage, Mapping) else {}
             return None
-        if kind in _BLOCK_EVENTS and isinstance(event.get("index"), int):
+        if isinstance(kind, str) and kind in _BLOCK_EVENTS and isinstance(event.get("index"), int):
             return {**event, "index": event["index"] + self._offset}
         if kind == "message_delta":
             usage = event.get("usage")
-            return {**event, "usage": {**self._start_usage, **(usage or {})}}
+            return {**event, "usage": {**self._start_usage, **as_mapping(usage)}}
         return event
 
 

@@ -4,11 +4,20 @@ recall answered as ``tool`` messages after the assistant's call."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, Answered, ModelReply, ToolCall
+from proxy import wirejson
+from proxy.compaction.recall_contract import (
+    TEXT,
+    TOOL,
+    UNDECIDED,
+    Answered,
+    ModelReply,
+    ToolCall,
+    as_list,
+    as_mapping,
+)
 
 
 def recall_parameters() -> dict[str, Any]:
@@ -66,7 +75,7 @@ class ChatRecall:
 
     def read(self, data: bytes) -> ModelReply | None:
         try:
-            message = json.loads(data)["choices"][0]["message"]
+            message = wirejson.loads_shallow(data)["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
             return None
         if not isinstance(message, dict):
@@ -74,8 +83,8 @@ class ChatRecall:
         return ModelReply(_calls(message.get("tool_calls")), (message,))
 
     def classify(self, event: Mapping[str, Any]) -> int:
-        for choice in event.get("choices") or ():
-            delta = choice.get("delta") or {} if isinstance(choice, Mapping) else {}
+        for choice in as_list(event.get("choices")):
+            delta = as_mapping(as_mapping(choice).get("delta"))
             if delta.get("tool_calls"):
                 return TOOL
             if delta.get("content") or delta.get("refusal"):
@@ -86,18 +95,20 @@ class ChatRecall:
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         for event in events:
-            for choice in event.get("choices") or ():
-                delta = choice.get("delta") or {}
+            for choice in as_list(event.get("choices")):
+                delta = as_mapping(as_mapping(choice).get("delta"))
                 if isinstance(delta.get("content"), str):
                     content.append(delta["content"])
-                for part in delta.get("tool_calls") or ():
+                for part in map(as_mapping, as_list(delta.get("tool_calls"))):
+                    index = part.get("index")
                     call = calls.setdefault(
-                        int(part.get("index", 0)), {"id": "", "name": "", "arguments": ""}
+                        index if isinstance(index, int) else 0,
+                        {"id": "", "name": "", "arguments": ""},
                     )
-                    function = part.get("function") or {}
-                    call["id"] = part.get("id") or call["id"]
-                    call["name"] += function.get("name") or ""
-                    call["arguments"] += function.get("arguments") or ""
+                    function = as_mapping(part.get("function"))
+                    call["id"] = _text(part.get("id")) or call["id"]
+                    call["name"] += _text(function.get("name"))
+                    call["arguments"] += _text(function.get("arguments"))
         tool_calls = [
             {
                 "id": c["id"],
@@ -118,8 +129,8 @@ class ChatRecall:
         message = dict(reply.turn[0]) if reply.turn else {"role": "assistant", "content": None}
         message["tool_calls"] = [
             c
-            for c in message.get("tool_calls") or ()
-            if (c.get("function") or {}).get("name") == name
+            for c in as_list(message.get("tool_calls"))
+            if as_mapping(as_mapping(c).get("function")).get("name") == name
         ]
         results = [
             {"role": "tool", "tool_call_id": call_id, "content": text}
@@ -142,7 +153,7 @@ class ChatSplice:
         self._id = completion_id
 
     def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        choices = event.get("choices")
+        choices = as_list(event.get("choices"))
         if choices and not event.get("usage") and all(_opening(c) for c in choices):
             return None
         return {**event, "id": self._id} if self._id is not None else event
@@ -156,6 +167,10 @@ def _opening(choice: object) -> bool:
     return isinstance(delta, Mapping) and not any(
         value for key, value in delta.items() if key != "role"
     )
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _calls(tool_calls: object) -> tuple[ToolCall, ...]:

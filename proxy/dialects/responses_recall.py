@@ -5,11 +5,20 @@ from the stream's ``response.completed`` event, and the recall answered as
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, Answered, ModelReply, ToolCall
+from proxy import wirejson
+from proxy.compaction.recall_contract import (
+    TEXT,
+    TOOL,
+    UNDECIDED,
+    Answered,
+    ModelReply,
+    ToolCall,
+    as_list,
+    as_mapping,
+)
 from proxy.dialects.chat_recall import recall_parameters, with_tool
 
 
@@ -22,7 +31,7 @@ class ResponsesRecall:
 
     def read(self, data: bytes) -> ModelReply | None:
         try:
-            output = json.loads(data)["output"]
+            output = wirejson.loads_shallow(data)["output"]
         except (ValueError, KeyError, TypeError):
             return None
         return _reply(output) if isinstance(output, list) else None
@@ -30,7 +39,7 @@ class ResponsesRecall:
     def classify(self, event: Mapping[str, Any]) -> int:
         kind = event.get("type")
         if kind == "response.output_item.added":
-            item = (event.get("item") or {}).get("type")
+            item = as_mapping(event.get("item")).get("type")
             if item == "message":
                 return TEXT
             return TOOL if item == "function_call" else UNDECIDED
@@ -39,7 +48,7 @@ class ResponsesRecall:
     def read_stream(self, events: Sequence[Mapping[str, Any]]) -> ModelReply | None:
         for event in reversed(events):
             if event.get("type") == "response.completed":
-                output = (event.get("response") or {}).get("output")
+                output = as_mapping(event.get("response")).get("output")
                 return _reply(output) if isinstance(output, list) else None
         return None
 
@@ -92,11 +101,11 @@ class ResponsesSplice:
             e["sequence_number"] for e in relayed if isinstance(e.get("sequence_number"), int)
         ]
         self._number = max(numbers, default=-1)
-        opened = next((e["response"] for e in relayed if e.get("type") in _OPENING), None)
+        opened = next((e.get("response") for e in relayed if _opening(e)), None)
         self._id = opened.get("id") if isinstance(opened, Mapping) else None
 
     def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        if event.get("type") in _OPENING:
+        if _opening(event):
             return None
         out = dict(event)
         if isinstance(out.get("output_index"), int):
@@ -106,11 +115,16 @@ class ResponsesSplice:
             out["sequence_number"] = self._number
         response = out.get("response")
         if isinstance(response, Mapping):
-            whole = {**response, "output": [*self._items, *(response.get("output") or [])]}
+            whole = {**response, "output": [*self._items, *as_list(response.get("output"))]}
             if self._id is not None:
                 whole["id"] = self._id
             out["response"] = whole
         return out
+
+
+def _opening(event: Mapping[str, Any]) -> bool:
+    kind = event.get("type")
+    return isinstance(kind, str) and kind in _OPENING
 
 
 def _said(item: Mapping[str, Any]) -> dict[str, Any]:

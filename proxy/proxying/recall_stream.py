@@ -23,6 +23,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from proxy import wirejson
 from proxy.compaction.recall_contract import TOOL, StreamSplice
 from proxy.errors import ProxyError
 from proxy.proxying.recall_asker import Asker
@@ -212,7 +213,7 @@ def error_event(body: bytes | None, message: str) -> bytes:
     data: Any = None
     if body:
         try:
-            data = json.loads(body)
+            data = wirejson.loads_shallow(body)
         except ValueError:
             data = None
     if not isinstance(data, dict) or not isinstance(data.get("error"), dict):

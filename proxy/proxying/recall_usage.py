@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from proxy import wirejson
 from proxy.proxying.responses import BufferedResponse
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
@@ -30,7 +31,7 @@ def round_usage(tail: bytes) -> dict[str, int]:
     that carry usage (a later event's figure replaces an earlier one's: Anthropic's
     ``message_delta`` states the final output count)."""
     try:
-        whole = json.loads(tail)
+        whole = wirejson.loads_shallow(tail)
     except ValueError:
         whole = None
     if isinstance(whole, dict):
@@ -69,7 +70,7 @@ def body_with_rounds(
 ) -> UpstreamResponse | None:
     """The whole final answer with the rounds' usage added; None when it has no usage."""
     try:
-        body = json.loads(decoded)
+        body = wirejson.loads_shallow(decoded)
     except ValueError:
         return None
     usage = usage_in(body) if isinstance(body, dict) else None
@@ -150,12 +151,11 @@ def sse_data(event: bytes) -> dict[str, Any] | None:
     if not text.strip():
         return None
     try:
-        data = orjson.loads(text)
-    except orjson.JSONDecodeError:  # a lone surrogate, a huge integer: the slower reader
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
+        # Bounded: what is parsed here may be written again, and a provider may nest its
+        # answer past what a JSON writer can descend (then it is relayed as it came).
+        data = wirejson.loads_shallow(text)
+    except ValueError:
+        return None
     return data if isinstance(data, dict) else None
 
 

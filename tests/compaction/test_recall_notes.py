@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from proxy.compaction.recall import matching_lines
+from proxy.compaction.recall_answer import matching_lines
 from proxy.compaction.recall_notes import annotate
 from proxy.config.recall import RecallSettings
 from proxy.core.planner import PriorSummary, plan

@@ -4,6 +4,8 @@ forgotten with the conversation, and never a failure on the request path."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from proxy.state.conversations import Store
@@ -60,3 +62,19 @@ async def test_a_failing_store_answers_none_and_unavailable() -> None:
     store = Store(DownBackend(), settings=settings, tenancy=Tenancy.from_settings(settings))
     assert await store.originals.keep("t", "c", [("r1", "x")], budget_bytes=1024) is None
     assert await store.originals.find("t", "c", "r1") is UNAVAILABLE
+
+
+@pytest.mark.parametrize(
+    "text", ["x" * 10_000, "é" * 10_000, "\x01" * 10_000], ids=["ascii", "two-byte", "escaped"]
+)
+async def test_a_piece_larger_than_half_the_budget_is_kept_cut_and_says_so(
+    make_store: StoreFactory, text: str
+) -> None:
+    store = make_store()
+    await store.originals.keep("t", "c", [("r0", "older"), ("r1", text)], budget_bytes=2048)
+    kept = await store.originals.find("t", "c", "r1")
+    assert isinstance(kept, str) and kept.startswith(text[:100])
+    assert kept.endswith(f"of {len(text):,} characters; the rest is not kept]")
+    # As the store holds it (JSON: an escaped character counts six bytes), within half.
+    assert len(json.dumps(["r1", kept], separators=(",", ":"), ensure_ascii=False)) <= 1024
+    assert await store.originals.find("t", "c", "r0") == "older"  # room left for others

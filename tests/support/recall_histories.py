@@ -1,4 +1,4 @@
-"""Histories the recall tests send on /v1/messages and /v1/responses: a read_file call whose
+"""Histories the recall tests send on the three routes: a read_file call whose
 result (``tool_output``) is old enough for the recall tests' CLEARING policy to stub, three more
 turns, then ``question``."""
 
@@ -42,3 +42,24 @@ def responses_history(tool_output: str, question: str) -> list[dict[str, Any]]:
             {"role": "assistant", "content": f"answer {n}"},
         ]
     return [*items, {"role": "user", "content": question}]
+
+
+def chat_history(tool_output: str, question: str) -> list[dict[str, Any]]:
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": '{"path": "a.cfg"}'},
+    }
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "read the config"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": tool_output},
+        {"role": "assistant", "content": "read it"},
+    ]
+    for n in range(3):
+        history += [
+            {"role": "user", "content": f"question {n}"},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]
+    return [*history, {"role": "user", "content": question}]
