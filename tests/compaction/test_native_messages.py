@@ -63,11 +63,13 @@ def serve(mock, second_mock, start_proxy):
     return start
 
 
-def _client(server: Any, conversation: str = "native-a") -> anthropic.Anthropic:
+def _client(
+    server: Any, conversation: str = "native-a", key: str = KEY
+) -> anthropic.Anthropic:
     return closed_after_test(
         anthropic.Anthropic(
             base_url=server.url,
-            api_key=KEY,
+            api_key=key,
             max_retries=0,
             default_headers={"X-Conversation-Id": conversation},
         )
@@ -167,3 +169,46 @@ def test_a_shadow_summary_is_stored_and_never_sent(serve, mock, second_mock) -> 
     checkpoints = admin_get(server, "/conversations/shadowed", key=KEY).json()["checkpoints"]
     assert checkpoints and "<agent_summary>" not in str(_sent(second_mock).json())
     assert len(_sent(second_mock).json()["messages"]) == len(_history(5))
+
+
+TENANT_FAULTS = {
+    "their own beta flag": {"extra_headers": {"anthropic-beta": "no-such-beta-2099"}},
+    "their own edits": {"extra_body": {"context_management": {"edits": [{"type": "bogus_9"}]}}},
+}
+
+
+@pytest.mark.parametrize("fault", TENANT_FAULTS.values(), ids=TENANT_FAULTS.keys())
+def test_a_tenants_own_bad_request_leaves_native_on_for_everyone(
+    serve, second_mock, fault
+) -> None:
+    native = NativeProvider(second_mock)
+    server = serve()
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        _client(server, "careless").messages.create(
+            model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2), **fault
+        )
+    named = "anthropic-beta" if "extra_headers" in fault else "context_management"
+    assert named in str(refused.value)  # the provider's word on their own mistake
+    # Another tenant's next request still gets the provider's context management.
+    _client(server, "careful", key="sk-ant-caller-two").messages.create(
+        model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2)
+    )
+    assert "context_management" in _sent(second_mock).json()
+    assert native.refused == 0
+
+
+def test_a_refusal_is_remembered_only_once_the_request_without_the_fields_is_answered(
+    serve, second_mock
+) -> None:
+    native = NativeProvider(second_mock, rejects=True)
+    server = serve()
+    api = _client(server)
+    # The plain retry fails too (the history is invalid without the fields as with them): the
+    # refusal is not confirmed, so the next request asks for context management again.
+    broken = [{"role": "assistant", "content": "not a first turn"}, *_history(1)]
+    with pytest.raises(anthropic.BadRequestError):
+        api.messages.create(model=MODEL, max_tokens=100, messages=broken)
+    api.messages.create(model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2))
+    assert native.refused == 2
+    api.messages.create(model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2))
+    assert native.refused == 2  # confirmed by the answered retry: remembered
