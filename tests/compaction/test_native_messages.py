@@ -63,9 +63,7 @@ def serve(mock, second_mock, start_proxy):
     return start
 
 
-def _client(
-    server: Any, conversation: str = "native-a", key: str = KEY
-) -> anthropic.Anthropic:
+def _client(server: Any, conversation: str = "native-a", key: str = KEY) -> anthropic.Anthropic:
     return closed_after_test(
         anthropic.Anthropic(
             base_url=server.url,
@@ -178,9 +176,7 @@ TENANT_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", TENANT_FAULTS.values(), ids=TENANT_FAULTS.keys())
-def test_a_tenants_own_bad_request_leaves_native_on_for_everyone(
-    serve, second_mock, fault
-) -> None:
+def test_a_tenants_own_bad_request_leaves_native_on_for_everyone(serve, second_mock, fault) -> None:
     native = NativeProvider(second_mock)
     server = serve()
     with pytest.raises(anthropic.BadRequestError) as refused:
