@@ -4,6 +4,9 @@ what the client was told, the fallback when the provider refuses, and the shadow
 
 from __future__ import annotations
 
+import logging
+import re
+from dataclasses import replace
 from typing import Any
 
 import anthropic
@@ -208,3 +211,36 @@ def test_a_refusal_is_remembered_only_once_the_request_without_the_fields_is_ans
     assert native.refused == 2
     api.messages.create(model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2))
     assert native.refused == 2  # confirmed by the answered retry: remembered
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_applied_edit_with_counts_that_are_not_numbers_is_relayed(
+    serve, second_mock, stream, caplog
+) -> None:
+    native = NativeProvider(second_mock)
+
+    def garbled(request: Any) -> Any:
+        reply = native(request)
+        odd = rb'"cleared_tool_uses": "four", "cleared_input_tokens": {"n": 1}'
+        counts = re.compile(rb'"cleared_tool_uses": \d+, "cleared_input_tokens": \d+')
+        chunks = [counts.sub(odd, c) if isinstance(c, bytes) else c for c in reply.chunks]
+        return replace(reply, chunks=chunks)
+
+    second_mock.default = garbled
+    server = serve()
+    with caplog.at_level(logging.ERROR, logger="proxy"):
+        raw = _client(server, "garbled").messages.with_raw_response.create(
+            model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(5), stream=stream
+        )
+        assert raw.status_code == 200
+        if stream:
+            assert [event.type for event in raw.parse()][-1] == "message_stop"
+        else:
+            assert raw.parse().content[-1].type == "tool_use"
+            assert raw.headers["x-compaction-native"].startswith("clear_tool_uses_20250919=0 ")
+        settle(server.url, route="messages", answered=1)
+    assert [r.getMessage() for r in caplog.records] == []
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'proxy_native_edits_total{edit="clear_tool_uses_20250919",route="messages"} 1.0' in (
+        metrics
+    )
