@@ -100,8 +100,8 @@ class AnthropicNative:
             for edit in applied if isinstance(applied, list) else ():
                 if isinstance(edit, dict):
                     edits.append(str(edit.get("type")))
-                    tool_uses += int(edit.get("cleared_tool_uses") or 0)
-                    tokens += int(edit.get("cleared_input_tokens") or 0)
+                    tool_uses += _count(edit.get("cleared_tool_uses"))
+                    tokens += _count(edit.get("cleared_input_tokens"))
             usage = _compaction_usage(message.get("usage")) or usage
         if compactions:
             edits.append("compaction")
@@ -139,8 +139,16 @@ def _compaction_usage(usage: object) -> NativeUsage | None:
     if not found:
         return None
     kinds = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-    totals = {k: sum(int(i.get(k) or 0) for i in found) for k in (*kinds, "output_tokens")}
+    totals = {k: sum(_count(i.get(k)) for i in found) for k in (*kinds, "output_tokens")}
     return NativeUsage(**totals)
+
+
+def _count(value: object) -> int:
+    """A count in the provider's answer; what is not a finite number (or is negative) counts 0 (an answer the
+    proxy cannot read is relayed as it came, never a 500)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(0, int(value)) if value == value and abs(value) != float("inf") else 0
 
 
 ANTHROPIC_NATIVE = AnthropicNative()
