@@ -144,8 +144,8 @@ def _compaction_usage(usage: object) -> NativeUsage | None:
 
 
 def _count(value: object) -> int:
-    """A count in the provider's answer; what is not a finite number (or is negative) counts 0 (an answer the
-    proxy cannot read is relayed as it came, never a 500)."""
+    """A count in the provider's answer; what is not a finite number, or is negative, counts 0
+    (an answer the proxy cannot read is relayed as it came, never a 500)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     return max(0, int(value)) if value == value and abs(value) != float("inf") else 0
