@@ -133,6 +133,9 @@ class ChatRecall:
     def splice(self, relayed: Sequence[Mapping[str, Any]]) -> ChatSplice:
         return ChatSplice(next((e["id"] for e in relayed if isinstance(e.get("id"), str)), None))
 
+    def strip(self, name: str) -> ChatStrip:
+        return ChatStrip(name)
+
 
 class ChatSplice:
     """Chunks go on under the first answer's id; the new answer's opening chunk (its role) is
@@ -146,6 +149,60 @@ class ChatSplice:
         if choices and not event.get("usage") and all(_opening(c) for c in choices):
             return None
         return {**event, "id": self._id} if self._id is not None else event
+
+
+class ChatStrip:
+    """A choice's calls of the tool are dropped (a streamed call is known by the name in its
+    first delta), the others renumbered; ``finish_reason`` ``tool_calls`` becomes ``stop``
+    when no call is left."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._dropped: set[tuple[object, int]] = set()  # (choice index, call index)
+        self._kept: set[object] = set()  # choices with a call of the client's
+
+    def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            return event
+        return {**event, "choices": [self._choice(c, "delta") for c in choices]}
+
+    def whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        choices = body.get("choices")
+        if not isinstance(choices, list):
+            return body
+        return {**body, "choices": [self._choice(c, "message") for c in choices]}
+
+    def _choice(self, choice: object, key: str) -> object:
+        if not isinstance(choice, Mapping):
+            return choice
+        out = dict(choice)
+        at = choice.get("index", 0)
+        part = choice.get(key)
+        if isinstance(part, Mapping) and isinstance(part.get("tool_calls"), list):
+            calls = [c for n, c in enumerate(part["tool_calls"]) if self._kept_call(at, n, c)]
+            out[key] = {k: v for k, v in part.items() if k != "tool_calls"}
+            if calls:
+                out[key]["tool_calls"] = calls
+        if choice.get("finish_reason") == "tool_calls" and at not in self._kept:
+            out["finish_reason"] = "stop"
+        return out
+
+    def _kept_call(self, at: object, position: int, call: object) -> bool:
+        """Whether a call (or a streamed call's delta) stays; renumbers it when it does."""
+        if not isinstance(call, dict):
+            return True
+        index = call.get("index", position)
+        index = index if isinstance(index, int) else position
+        function = call.get("function")
+        if isinstance(function, Mapping) and function.get("name") == self._name:
+            self._dropped.add((at, index))
+        if (at, index) in self._dropped:
+            return False
+        self._kept.add(at)
+        if "index" in call:
+            call["index"] = index - sum(1 for c, i in self._dropped if c == at and i < index)
+        return True
 
 
 def _opening(choice: object) -> bool:

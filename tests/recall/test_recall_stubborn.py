@@ -95,7 +95,7 @@ def test_chat_never_relays_a_recall_call(mock, start_proxy, stream, last_reply) 
         assert reply.choices[0].finish_reason == "stop"
     assert calls == []
     assert said == (GIVING_UP if texts else "")
-    assert mock.chat_requests()[-1].get("tool_choice") == "none"
+    assert mock.chat_requests()[-1].json().get("tool_choice") == "none"
 
 
 # --- Anthropic Messages ---------------------------------------------------------------------
