@@ -50,11 +50,14 @@ def declared_names(tools: object) -> set[str]:
 
 def with_tool(body: dict[str, Any], name: str, tool: dict[str, Any]) -> dict[str, Any] | None:
     """``body`` with ``tool`` (named ``name``) after its own tools, or None when the client
-    declared a tool of that name or its tool_choice forbids tools."""
+    declared a tool of that name, its tool_choice forbids tools, or its ``tools`` is not a list
+    (the provider's to refuse as it came: adding ours would make it a request never sent)."""
     tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return None
     if forbids_tools(body.get("tool_choice")) or name in declared_names(tools):
         return None
-    return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+    return {**body, "tools": [*(tools or []), tool]}
 
 
 class ChatRecall:
