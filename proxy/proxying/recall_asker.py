@@ -62,7 +62,7 @@ class Asker:
         with tracing.span(
             tracing.RECALL_ROUND, {"recall.round": rounds, "recall.calls": len(recalls)}
         ):
-            answers = {call.id: await self.session.answer(call) for call in recalls}
+            answers = await self.session.answer_round(recalls)
             if self._body is None:
                 self._body = wirejson.parse(self._sent)
             last = rounds >= settings.max_rounds or time.monotonic() >= self._deadline
