@@ -211,7 +211,8 @@ class NativeCall:
         if not self._added or not request.adapter.refuses(status, decoded):
             return False
         self._ours = request.adapter.names_ours(decoded, request.body, _flags(request.headers))
-        self._listeners.emit(NativeRefused(request.route))
+        if self._ours:  # a client's own bad flag or field is not the provider refusing ours
+            self._listeners.emit(NativeRefused(request.route))
         return True
 
     def retried(self, status: int) -> None:

@@ -194,6 +194,7 @@ def test_a_tenants_own_bad_request_leaves_native_on_for_everyone(serve, second_m
     )
     assert "context_management" in _sent(second_mock).json()
     assert native.refused == 0
+    assert "proxy_native_refusals_total{" not in httpx.get(f"{server.url}/metrics").text
 
 
 def test_a_refusal_is_remembered_only_once_the_request_without_the_fields_is_answered(
