@@ -245,3 +245,21 @@ def test_an_applied_edit_with_counts_that_are_not_numbers_is_relayed(
     assert 'proxy_native_edits_total{edit="clear_tool_uses_20250919",route="messages"} 1.0' in (
         metrics
     )
+
+
+def test_a_refusal_one_tenant_causes_is_remembered_for_that_tenant_only(serve, second_mock) -> None:
+    """A tenant on an old ``anthropic-version`` gets the proxy's fields refused (they name only
+    what the proxy sent, and the request without them is answered): confirmed, yet the
+    provider's answer to that tenant says nothing of what it answers the others."""
+    native = NativeProvider(second_mock)
+    server = serve()
+    old = _client(server, "old-api", key="sk-ant-caller-old").with_options(
+        default_headers={"anthropic-version": "2023-01-01"}
+    )
+    for _ in range(2):
+        old.messages.create(model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2))
+    assert native.refused == 1  # remembered for that tenant after one refusal
+    _client(server, "current-api").messages.create(
+        model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2)
+    )
+    assert "context_management" in _sent(second_mock).json()

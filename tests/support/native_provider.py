@@ -16,7 +16,8 @@ anthropic-sdk-python 0.121.0 beta types):
 
 Like the real APIs it refuses what it does not know, naming it: an ``anthropic-beta`` flag
 (``Unexpected value(s) ... for the anthropic-beta header``), an edit or entry ``type``.
-``rejects=True`` plays a provider without these APIs: the field is an error in its own shape.
+``rejects=True`` plays a provider without these APIs: the field is an error in its own shape;
+so does a request of an ``anthropic-version`` older than ``CURRENT_VERSION``.
 Tokens are the mock's own estimate: a quarter of the JSON's length.
 """
 
@@ -33,6 +34,7 @@ from tests.support.mock_upstream import MockUpstream, Received, Reply, json_repl
 CLEARING_BETA = "context-management-2025-06-27"
 COMPACT_BETA = "compact-2026-01-12"
 _EDIT_BETAS = {"clear_tool_uses_20250919": CLEARING_BETA, "compact_20260112": COMPACT_BETA}
+CURRENT_VERSION = "2023-06-01"  # what the anthropic SDK sends
 KNOWN_BETAS = {*_EDIT_BETAS.values(), "interleaved-thinking-2025-05-14"}
 
 
@@ -58,7 +60,8 @@ class NativeProvider:
             return error(f"Unexpected value(s) {flags} for the `anthropic-beta` header.")
         if "context_management" not in body:
             return self.inner(request)
-        if self.rejects:
+        old = request.headers.get("anthropic-version", CURRENT_VERSION) < CURRENT_VERSION
+        if self.rejects or old:
             with self._lock:
                 self.refused += 1
             return self._refusal(request)
