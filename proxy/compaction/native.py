@@ -162,14 +162,16 @@ def _uses(messages: Sequence[dict[str, Any]]) -> int:
 
 class Unsupported:
     """The models whose provider refused the proxy's context-management fields (a refusal
-    confirmed: the request without them was answered), each remembered for
-    ``REMEMBERED_SECONDS`` and logged when it starts."""
+    confirmed: the request without them was answered), per route, model and tenant, each
+    remembered for ``REMEMBERED_SECONDS`` and logged when it starts. Per tenant: what the
+    provider answers one tenant's requests (its key, its ``anthropic-version``) says nothing
+    of what it answers the others'."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._until: dict[tuple[str, str], float] = {}
+        self._until: dict[tuple[str, str, str], float] = {}
 
-    def __contains__(self, key: tuple[str, str]) -> bool:
+    def __contains__(self, key: tuple[str, str, str]) -> bool:
         until = self._until.get(key)
         if until is None:
             return False
@@ -178,8 +180,8 @@ class Unsupported:
         del self._until[key]  # expired: the provider is asked again
         return False
 
-    def add(self, route: str, model: str) -> None:
-        key = (route, model)
+    def add(self, route: str, model: str, tenant: str) -> None:
+        key = (route, model, tenant)
         if key in self:
             return
         if len(self._until) >= _MAX_UNSUPPORTED:
@@ -187,7 +189,7 @@ class Unsupported:
         self._until[key] = self._clock() + REMEMBERED_SECONDS
         logger.warning(
             "the provider refused context management for %s on /%s: that model runs the "
-            "policy's native.fallback for the next %.0f s",
+            "policy's native.fallback for the next %.0f s (for this tenant)",
             model,
             route,
             REMEMBERED_SECONDS,

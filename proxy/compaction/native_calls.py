@@ -66,6 +66,7 @@ class NativeRequest:
     adapter: NativeAdapter
     route: str
     model: str
+    tenant: str
     policy_name: str
     policy: PolicySettings  # the native policy as configured
     headers: HeaderView
@@ -85,10 +86,10 @@ class NativeCalls:
         self._spending = spending
         self.unsupported = Unsupported()
 
-    def adapter(self, dialect: Translator, policy: PolicySettings, model: str) -> Any:
+    def adapter(self, dialect: Translator, policy: PolicySettings, model: str, tenant: str) -> Any:
         """The dialect's context management for a ``native`` policy, or None: not native, the
-        API has none (chat completions), or this model's provider refused it before."""
-        if policy.strategy != NATIVE or (dialect.name, model) in self.unsupported:
+        API has none (chat completions), or this model's provider refused it lately."""
+        if policy.strategy != NATIVE or (dialect.name, model, tenant) in self.unsupported:
             return None
         return dialect.native
 
@@ -219,7 +220,7 @@ class NativeCall:
         """Remember the model only when the request without the fields was answered."""
         if self._ours and status < 400:
             request = self._request
-            self._calls.unsupported.add(request.route, request.model)
+            self._calls.unsupported.add(request.route, request.model, request.tenant)
 
     def reported(self, decoded: bytes) -> RawHeaders:
         """The response headers for a whole (decoded) answer: what the provider did."""

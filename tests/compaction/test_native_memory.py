@@ -17,12 +17,13 @@ class Clock:
 def test_a_refusal_is_forgotten_after_its_time() -> None:
     clock = Clock()
     unsupported = Unsupported(clock=clock)
-    unsupported.add("messages", "claude-x")
-    assert ("messages", "claude-x") in unsupported
-    assert ("responses", "claude-x") not in unsupported
+    unsupported.add("messages", "claude-x", "tenant-a")
+    assert ("messages", "claude-x", "tenant-a") in unsupported
+    assert ("responses", "claude-x", "tenant-a") not in unsupported
+    assert ("messages", "claude-x", "tenant-b") not in unsupported
     clock.now += REMEMBERED_SECONDS - 1
-    assert ("messages", "claude-x") in unsupported
+    assert ("messages", "claude-x", "tenant-a") in unsupported
     clock.now += 2
-    assert ("messages", "claude-x") not in unsupported  # the provider gets asked again
-    unsupported.add("messages", "claude-x")
-    assert ("messages", "claude-x") in unsupported
+    assert ("messages", "claude-x", "tenant-a") not in unsupported  # the provider gets asked again
+    unsupported.add("messages", "claude-x", "tenant-a")
+    assert ("messages", "claude-x", "tenant-a") in unsupported
