@@ -65,7 +65,12 @@ class NativeAttempt(Protocol):
         ...
 
     def refused(self, status: int, decoded: bytes) -> bool:
-        """Whether this error answer (decoded) refuses the context-management fields."""
+        """Whether this error answer (decoded) refuses the context-management fields the proxy
+        added: ``plain`` is then sent instead."""
+        ...
+
+    def retried(self, status: int) -> None:
+        """The status ``plain`` was answered with: a success confirms the refusal."""
         ...
 
     def reported(self, decoded: bytes) -> RawHeaders:

@@ -3,15 +3,16 @@
 On a dialect whose provider offers it (``Translator.native``: the Responses API's
 ``context_management`` compaction, Anthropic's ``context_management.edits``), the request goes out
 as the client sent it plus the fields the policy implies (``NativeAsk``); the client's own fields
-win. Elsewhere (chat completions, or a model whose provider refused the fields once) the policy's
-``native.fallback`` strategy runs instead. What the provider did comes back as a ``NativeReport``
+win. Elsewhere (chat completions, or a model whose provider refused the proxy's fields lately) the
+policy's ``native.fallback`` strategy runs instead. What the provider did comes back as a ``NativeReport``
 (docs/policies.md, "Native compaction").
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,6 +23,9 @@ logger = logging.getLogger("proxy.compaction")
 
 NATIVE = "native"
 _MAX_UNSUPPORTED = 4096  # models remembered per process; bounded anyway
+# How long a confirmed refusal holds: a provider may gain the feature (or an outage may have
+# looked like a refusal); one request an hour per model then asks again.
+REMEMBERED_SECONDS = 3600.0
 _DEFAULT_KEEP_TOOL_USES = 3  # Anthropic's own default for clear_tool_uses' keep
 
 
@@ -104,6 +108,12 @@ class NativeAdapter(Protocol):
         """Whether an error answer refuses the context-management fields or their beta flag."""
         ...
 
+    def names_ours(self, decoded: bytes, client: dict[str, Any], betas: Sequence[str]) -> bool:
+        """Whether a refusal names what only the proxy sent: a field, an edit or a flag of a kind
+        the client's own request (``client``, its ``anthropic-beta`` flags ``betas``) had none
+        of. A refusal naming the client's own is its mistake, not the provider's limit."""
+        ...
+
 
 def ask_of(
     policy: PolicySettings, messages: Sequence[dict[str, Any]] | None, window: int | None
@@ -151,27 +161,38 @@ def _uses(messages: Sequence[dict[str, Any]]) -> int:
 
 
 class Unsupported:
-    """The models whose provider refused the context-management fields: remembered for the
-    life of the process (a restart tries again), each logged once."""
+    """The models whose provider refused the proxy's context-management fields (a refusal
+    confirmed: the request without them was answered), per route, model and tenant, each
+    remembered for ``REMEMBERED_SECONDS`` and logged when it starts. Per tenant: what the
+    provider answers one tenant's requests (its key, its ``anthropic-version``) says nothing
+    of what it answers the others'."""
 
-    def __init__(self) -> None:
-        self._models: set[tuple[str, str]] = set()
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._until: dict[tuple[str, str, str], float] = {}
 
-    def __contains__(self, key: tuple[str, str]) -> bool:
-        return key in self._models
+    def __contains__(self, key: tuple[str, str, str]) -> bool:
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if until > self._clock():
+            return True
+        del self._until[key]  # expired: the provider is asked again
+        return False
 
-    def add(self, route: str, model: str) -> None:
-        key = (route, model)
-        if key in self._models:
+    def add(self, route: str, model: str, tenant: str) -> None:
+        key = (route, model, tenant)
+        if key in self:
             return
-        if len(self._models) >= _MAX_UNSUPPORTED:
-            self._models.clear()
-        self._models.add(key)
+        if len(self._until) >= _MAX_UNSUPPORTED:
+            self._until.clear()
+        self._until[key] = self._clock() + REMEMBERED_SECONDS
         logger.warning(
             "the provider refused context management for %s on /%s: that model runs the "
-            "policy's native.fallback from now on (until restart)",
+            "policy's native.fallback for the next %.0f s (for this tenant)",
             model,
             route,
+            REMEMBERED_SECONDS,
         )
 
 

@@ -8,8 +8,10 @@ merged into the client's ``anthropic-beta``. ``NativeCall`` is both the decision
 it did?) and its follow-up (what it did goes to the events, the metrics and the ledger; a
 shadow summary is queued after the answer; an overflow is rescued from the shadow checkpoint).
 
-A provider that refuses the fields gets the client's request again without them, once; the
-model then runs the policy's ``native.fallback`` for the life of the process.
+A provider that refuses the fields gets the client's request again without them, once. When the
+refusal named what only the proxy added and that retry was answered, the model runs the
+policy's ``native.fallback`` for a while (``native.Unsupported``): one tenant's own bad beta flag
+or field never turns native off for the others.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class NativeRequest:
     adapter: NativeAdapter
     route: str
     model: str
+    tenant: str
     policy_name: str
     policy: PolicySettings  # the native policy as configured
     headers: HeaderView
@@ -83,10 +86,10 @@ class NativeCalls:
         self._spending = spending
         self.unsupported = Unsupported()
 
-    def adapter(self, dialect: Translator, policy: PolicySettings, model: str) -> Any:
+    def adapter(self, dialect: Translator, policy: PolicySettings, model: str, tenant: str) -> Any:
         """The dialect's context management for a ``native`` policy, or None: not native, the
-        API has none (chat completions), or this model's provider refused it before."""
-        if policy.strategy != NATIVE or (dialect.name, model) in self.unsupported:
+        API has none (chat completions), or this model's provider refused it lately."""
+        if policy.strategy != NATIVE or (dialect.name, model, tenant) in self.unsupported:
             return None
         return dialect.native
 
@@ -142,6 +145,7 @@ class NativeCalls:
         call = NativeCall(
             request,
             plan,
+            added=body is not request.body,
             plain=plain,
             inner=inner,
             conv=conv,
@@ -182,6 +186,7 @@ class NativeCall:
         request: NativeRequest,
         sent: Plan | None,
         *,
+        added: bool,
         plain: Decision,
         inner: PlannedFollowUp | None,
         conv: Conversation | None,
@@ -196,17 +201,26 @@ class NativeCall:
         self._calls = calls
         self._listeners = listeners
         self._report: NativeReport | None = None
+        self._added = added  # False: the client's own fields won, the proxy sent nothing more
+        self._ours = False  # the refusal named what only the proxy sent
 
     # --- what the forwarder asks -----------------------------------------------------------------
 
     def refused(self, status: int, decoded: bytes) -> bool:
-        """Whether this error answer refuses the fields; if so the model is remembered."""
+        """Whether this error answer refuses the fields the proxy added (then sent without)."""
         request = self._request
-        if not request.adapter.refuses(status, decoded):
+        if not self._added or not request.adapter.refuses(status, decoded):
             return False
-        self._calls.unsupported.add(request.route, request.model)
-        self._listeners.emit(NativeRefused(request.route))
+        self._ours = request.adapter.names_ours(decoded, request.body, _flags(request.headers))
+        if self._ours:  # a client's own bad flag or field is not the provider refusing ours
+            self._listeners.emit(NativeRefused(request.route))
         return True
+
+    def retried(self, status: int) -> None:
+        """Remember the model only when the request without the fields was answered."""
+        if self._ours and status < 400:
+            request = self._request
+            self._calls.unsupported.add(request.route, request.model, request.tenant)
 
     def reported(self, decoded: bytes) -> RawHeaders:
         """The response headers for a whole (decoded) answer: what the provider did."""
@@ -279,6 +293,11 @@ def _betas(headers: HeaderView, ours: tuple[str, ...]) -> RawHeaders:
     """The ``anthropic-beta`` to send: the client's flags, then ours it did not name."""
     if not ours:
         return []
-    theirs = [f.strip() for f in (headers.get(BETA) or "").split(",") if f.strip()]
+    theirs = _flags(headers)
     flags = theirs + [f for f in ours if f not in theirs]
     return [(BETA.encode(), ",".join(flags).encode())]
+
+
+def _flags(headers: HeaderView) -> list[str]:
+    """The client's own ``anthropic-beta`` flags."""
+    return [f.strip() for f in (headers.get(BETA) or "").split(",") if f.strip()]

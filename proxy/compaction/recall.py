@@ -38,6 +38,9 @@ from proxy.state.tenancy import Tenancy
 from proxy.types import RawHeaders
 
 _KNOWN_KEPT = 4096  # (conversation, handle) pairs this process knows are stored already
+# One round's results together, in recall.max_result_bytes: a model that calls recall hundreds
+# of times in one answer must not make a re-ask of megabytes (each call is capped already).
+_ROUND_RESULTS = 4
 
 
 class Recall:
@@ -195,6 +198,24 @@ class RecallSession:
             tokens = sum(u.prompt + u.output for u in self._round_usages)
             self.recall._listeners.emit(RecallRounds(len(round_tails), tokens))
             self._rounds = len(round_tails)
+
+    async def answer_round(self, calls: list[ToolCall]) -> dict[str, str]:
+        """The tool results of one round's calls, by call id: each as ``answer`` gives it until
+        their total reaches ``_ROUND_RESULTS`` times ``recall.max_result_bytes``; every later
+        call gets a sentence instead (a provider wants a result for each call)."""
+        budget = _ROUND_RESULTS * self.settings.max_result_bytes
+        results: dict[str, str] = {}
+        for call in calls:
+            if budget <= 0:
+                results[call.id] = (
+                    "Not recalled: this round's recalls are already as long as one round may "
+                    "be. Recall fewer at a time, or with a query."
+                )
+                continue
+            text = await self.answer(call)
+            results[call.id] = text
+            budget -= len(text.encode("utf-8", "surrogatepass"))
+        return results
 
     def _price(self, usage: BilledUsage) -> None:
         if self.recall._spending is not None:

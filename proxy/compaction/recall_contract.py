@@ -63,6 +63,20 @@ class StreamSplice(Protocol):
         """One event of the answer that goes on, as the client must see it; None: drop it."""
 
 
+class CallStrip(Protocol):
+    """Takes the recall calls out of an answer the client will receive: one whose provider
+    called the tool although the re-ask that ended the rounds forbade it (some compatible
+    servers ignore ``tool_choice: none``). What is left reads as if they were never made: the
+    other blocks, items or calls numbered on without them, and a stop reason that no longer
+    says "tool use" when no call of the client's is left."""
+
+    def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """One stream event without its recall calls; None: drop it."""
+
+    def whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A whole answer without its recall calls."""
+
+
 class RecallShape(Protocol):
     """One dialect's side of the recall tool."""
 
@@ -89,3 +103,6 @@ class RecallShape(Protocol):
 
     def splice(self, relayed: Sequence[Mapping[str, Any]]) -> StreamSplice:
         """How another answer's events go on from ``relayed``, the events the client has."""
+
+    def strip(self, name: str) -> CallStrip:
+        """How one answer's calls of the tool ``name`` are taken out (a new one per answer)."""

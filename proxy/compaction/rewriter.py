@@ -134,7 +134,7 @@ class Rewriter:
         tracing.request_model(model)
         if policy.strategy == "off":  # chosen by a route
             return self._untouched(raw, policy_name)
-        native_adapter = self._natives.adapter(dialect, policy, model)
+        native_adapter = self._natives.adapter(dialect, policy, model, tenant)
         fell_back = policy.strategy == NATIVE and native_adapter is None
         if policy.strategy == NATIVE:
             policy = planned_policy(policy, native=native_adapter is not None)
@@ -144,6 +144,7 @@ class Rewriter:
                 native_adapter,
                 dialect.name,
                 model,
+                tenant,
                 policy_name,
                 policy,
                 headers,

@@ -15,6 +15,7 @@ least 50,000 input tokens).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from proxy.compaction.native import NativeAsk, NativeReport, NativeUsage
@@ -26,6 +27,7 @@ COMPACT = "compact_20260112"
 CLEARING_BETA = "context-management-2025-06-27"
 COMPACT_BETA = "compact-2026-01-12"
 MIN_COMPACT_TRIGGER = 50_000
+BETA_HEADER = b"anthropic-beta"
 
 
 def _tokens(value: int) -> dict[str, Any]:
@@ -98,8 +100,8 @@ class AnthropicNative:
             for edit in applied if isinstance(applied, list) else ():
                 if isinstance(edit, dict):
                     edits.append(str(edit.get("type")))
-                    tool_uses += int(edit.get("cleared_tool_uses") or 0)
-                    tokens += int(edit.get("cleared_input_tokens") or 0)
+                    tool_uses += _count(edit.get("cleared_tool_uses"))
+                    tokens += _count(edit.get("cleared_input_tokens"))
             usage = _compaction_usage(message.get("usage")) or usage
         if compactions:
             edits.append("compaction")
@@ -114,7 +116,20 @@ class AnthropicNative:
     def refuses(self, status: int, decoded: bytes) -> bool:
         if status not in (400, 422):
             return False
-        return any(s in decoded for s in (FIELD.encode(), b"anthropic-beta", COMPACT.encode()))
+        return any(s in decoded for s in (FIELD.encode(), BETA_HEADER, COMPACT.encode()))
+
+    def names_ours(self, decoded: bytes, client: dict[str, Any], betas: Sequence[str]) -> bool:
+        config = client.get(FIELD)
+        edits = config.get("edits") if isinstance(config, dict) else None
+        kinds = {str(e.get("type", "")) for e in edits or () if isinstance(e, dict)}
+        names = [name for name in (CLEAR_TOOL_USES, COMPACT) if name not in kinds]
+        names += [flag for flag in (CLEARING_BETA, COMPACT_BETA) if flag not in betas]
+        if FIELD not in client:
+            names.append(FIELD)
+        found = [name.encode() for name in names]
+        if not betas:  # a header the client did not send at all
+            found.append(BETA_HEADER)
+        return any(name in decoded for name in found)
 
 
 def _compaction_usage(usage: object) -> NativeUsage | None:
@@ -124,8 +139,16 @@ def _compaction_usage(usage: object) -> NativeUsage | None:
     if not found:
         return None
     kinds = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-    totals = {k: sum(int(i.get(k) or 0) for i in found) for k in (*kinds, "output_tokens")}
+    totals = {k: sum(_count(i.get(k)) for i in found) for k in (*kinds, "output_tokens")}
     return NativeUsage(**totals)
+
+
+def _count(value: object) -> int:
+    """A count in the provider's answer; what is not a finite number, or is negative, counts 0
+    (an answer the proxy cannot read is relayed as it came, never a 500)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(0, int(value)) if value == value and abs(value) != float("inf") else 0
 
 
 ANTHROPIC_NATIVE = AnthropicNative()

@@ -96,6 +96,9 @@ class AnthropicRecall:
     def splice(self, relayed: Sequence[Mapping[str, Any]]) -> AnthropicSplice:
         return AnthropicSplice(sum(1 for e in relayed if e.get("type") == "content_block_start"))
 
+    def strip(self, name: str) -> AnthropicStrip:
+        return AnthropicStrip(name)
+
 
 _BLOCK_EVENTS = frozenset({"content_block_start", "content_block_delta", "content_block_stop"})
 
@@ -122,6 +125,53 @@ class AnthropicSplice:
             usage = event.get("usage")
             return {**event, "usage": {**self._start_usage, **as_mapping(usage)}}
         return event
+
+
+class AnthropicStrip:
+    """The tool's ``tool_use`` blocks are dropped (a streamed one by its index, known from its
+    ``content_block_start``), the later blocks renumbered; ``stop_reason`` ``tool_use``
+    becomes ``end_turn`` when no ``tool_use`` of the client's is left."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._dropped: set[int] = set()
+        self._kept = False  # a tool_use of the client's is left
+
+    def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        kind = event.get("type")
+        index = event.get("index")
+        if kind in _BLOCK_EVENTS and isinstance(index, int):
+            block = event.get("content_block")
+            opens = kind == "content_block_start"
+            if opens and isinstance(block, Mapping) and not self._keeps(block):
+                self._dropped.add(index)
+            if index in self._dropped:
+                return None
+            return {**event, "index": index - sum(1 for i in self._dropped if i < index)}
+        delta = event.get("delta")
+        if kind == "message_delta" and isinstance(delta, Mapping):
+            return {**event, "delta": self._stopped(delta)}
+        return event
+
+    def whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        content = body.get("content")
+        if not isinstance(content, list):
+            return body
+        kept = [b for b in content if not isinstance(b, Mapping) or self._keeps(b)]
+        return self._stopped({**body, "content": kept})
+
+    def _keeps(self, block: Mapping[str, Any]) -> bool:
+        if block.get("type") != "tool_use":
+            return True
+        if block.get("name") == self._name:
+            return False
+        self._kept = True
+        return True
+
+    def _stopped(self, holder: Mapping[str, Any]) -> dict[str, Any]:
+        if holder.get("stop_reason") == "tool_use" and not self._kept:
+            return {**holder, "stop_reason": "end_turn"}
+        return dict(holder)
 
 
 def _reply(content: list[Any]) -> ModelReply:

@@ -59,11 +59,14 @@ def declared_names(tools: object) -> set[str]:
 
 def with_tool(body: dict[str, Any], name: str, tool: dict[str, Any]) -> dict[str, Any] | None:
     """``body`` with ``tool`` (named ``name``) after its own tools, or None when the client
-    declared a tool of that name or its tool_choice forbids tools."""
+    declared a tool of that name, its tool_choice forbids tools, or its ``tools`` is not a list
+    (the provider's to refuse as it came: adding ours would make it a request never sent)."""
     tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return None
     if forbids_tools(body.get("tool_choice")) or name in declared_names(tools):
         return None
-    return {**body, "tools": [*(tools if isinstance(tools, list) else []), tool]}
+    return {**body, "tools": [*(tools or []), tool]}
 
 
 class ChatRecall:
@@ -144,6 +147,9 @@ class ChatRecall:
     def splice(self, relayed: Sequence[Mapping[str, Any]]) -> ChatSplice:
         return ChatSplice(next((e["id"] for e in relayed if isinstance(e.get("id"), str)), None))
 
+    def strip(self, name: str) -> ChatStrip:
+        return ChatStrip(name)
+
 
 class ChatSplice:
     """Chunks go on under the first answer's id; the new answer's opening chunk (its role) is
@@ -157,6 +163,60 @@ class ChatSplice:
         if choices and not event.get("usage") and all(_opening(c) for c in choices):
             return None
         return {**event, "id": self._id} if self._id is not None else event
+
+
+class ChatStrip:
+    """A choice's calls of the tool are dropped (a streamed call is known by the name in its
+    first delta), the others renumbered; ``finish_reason`` ``tool_calls`` becomes ``stop``
+    when no call is left."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._dropped: set[tuple[object, int]] = set()  # (choice index, call index)
+        self._kept: set[object] = set()  # choices with a call of the client's
+
+    def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            return event
+        return {**event, "choices": [self._choice(c, "delta") for c in choices]}
+
+    def whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        choices = body.get("choices")
+        if not isinstance(choices, list):
+            return body
+        return {**body, "choices": [self._choice(c, "message") for c in choices]}
+
+    def _choice(self, choice: object, key: str) -> object:
+        if not isinstance(choice, Mapping):
+            return choice
+        out = dict(choice)
+        at = choice.get("index", 0)
+        part = choice.get(key)
+        if isinstance(part, Mapping) and isinstance(part.get("tool_calls"), list):
+            calls = [c for n, c in enumerate(part["tool_calls"]) if self._kept_call(at, n, c)]
+            out[key] = {k: v for k, v in part.items() if k != "tool_calls"}
+            if calls:
+                out[key]["tool_calls"] = calls
+        if choice.get("finish_reason") == "tool_calls" and at not in self._kept:
+            out["finish_reason"] = "stop"
+        return out
+
+    def _kept_call(self, at: object, position: int, call: object) -> bool:
+        """Whether a call (or a streamed call's delta) stays; renumbers it when it does."""
+        if not isinstance(call, dict):
+            return True
+        index = call.get("index", position)
+        index = index if isinstance(index, int) else position
+        function = call.get("function")
+        if isinstance(function, Mapping) and function.get("name") == self._name:
+            self._dropped.add((at, index))
+        if (at, index) in self._dropped:
+            return False
+        self._kept.add(at)
+        if "index" in call:
+            call["index"] = index - sum(1 for c, i in self._dropped if c == at and i < index)
+        return True
 
 
 def _opening(choice: object) -> bool:

@@ -9,6 +9,7 @@ Wire format from openai-python 3.3.1 (``types/responses/response_create_params.p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from proxy.compaction.native import NativeAsk, NativeReport
@@ -48,6 +49,10 @@ class ResponsesNative:
 
     def refuses(self, status: int, decoded: bytes) -> bool:
         return status in (400, 422) and FIELD.encode() in decoded
+
+    def names_ours(self, decoded: bytes, client: dict[str, Any], betas: Sequence[str]) -> bool:
+        # The only thing the proxy adds is the field: ours only when the client sent none.
+        return FIELD not in client and FIELD.encode() in decoded
 
 
 RESPONSES_NATIVE = ResponsesNative()

@@ -79,6 +79,9 @@ class ResponsesRecall:
     def splice(self, relayed: Sequence[Mapping[str, Any]]) -> ResponsesSplice:
         return ResponsesSplice(relayed)
 
+    def strip(self, name: str) -> ResponsesStrip:
+        return ResponsesStrip(name)
+
 
 _OPENING = frozenset({"response.created", "response.queued", "response.in_progress"})
 
@@ -125,6 +128,49 @@ class ResponsesSplice:
 def _opening(event: Mapping[str, Any]) -> bool:
     kind = event.get("type")
     return isinstance(kind, str) and kind in _OPENING
+
+
+class ResponsesStrip:
+    """The tool's ``function_call`` items are dropped (streamed: every event of their
+    ``output_index``, known from ``response.output_item.added``), the later items renumbered,
+    the events' ``sequence_number`` kept without gaps, and the final response's ``output``
+    listed without them."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._dropped: set[int] = set()
+        self._skipped = 0  # events dropped: later sequence numbers move down by as many
+
+    def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        index = event.get("output_index")
+        item = event.get("item")
+        added = event.get("type") == "response.output_item.added" and isinstance(index, int)
+        if added and isinstance(item, Mapping) and not self._keeps(item):
+            self._dropped.add(index)
+        if index in self._dropped:
+            self._skipped += 1
+            return None
+        out = dict(event)
+        if isinstance(index, int):
+            out["output_index"] = index - sum(1 for i in self._dropped if i < index)
+        if isinstance(out.get("sequence_number"), int):
+            out["sequence_number"] -= self._skipped
+        response = out.get("response")
+        if isinstance(response, dict):
+            out["response"] = self.whole(response)
+        return out
+
+    def whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        output = body.get("output")
+        if not isinstance(output, list):
+            return body
+        return {
+            **body,
+            "output": [i for i in output if not isinstance(i, Mapping) or self._keeps(i)],
+        }
+
+    def _keeps(self, item: Mapping[str, Any]) -> bool:
+        return item.get("type") != "function_call" or item.get("name") != self._name
 
 
 def _said(item: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,8 @@ class NativeMetrics:
         )
         self.refusals = Counter(
             "proxy_native_refusals",
-            "Requests whose provider refused the context-management fields (sent again without).",
+            "Requests whose provider refused the context-management fields the proxy added "
+            "(sent again without).",
             ["route"],
             registry=registry,
         )

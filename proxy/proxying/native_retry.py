@@ -3,7 +3,8 @@ native``, issue 21), looked at before it is relayed.
 
 An error that refuses the fields (an older API version, a compatible server without them) is
 never shown to the client, who did not send them: the client's request goes out again as it
-came, once (``NativeAttempt.plain``), and compaction remembers the model. A whole (not streamed)
+came, once (``NativeAttempt.plain``), and compaction remembers the model when that one is
+answered (the refusal was of the proxy's fields, not of the client's request). A whole (not streamed)
 answer is read before its headers go out, so that ``X-Compaction`` can say what the provider
 did; a stream is relayed as it comes and reported after it ended (the follow-up).
 """
@@ -42,7 +43,9 @@ async def native_answer(
         body = await _read(response)
         if attempt.refused(response.status, decoded(body, response.headers)):
             plain = attempt.plain
-            return await resend(plain), plain
+            answer = await resend(plain)
+            attempt.retried(answer.status)
+            return answer, plain
         return BufferedResponse(response.status, response.headers, body), decision
     if decision.streaming or response.status != 200:
         return response, decision

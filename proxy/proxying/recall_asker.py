@@ -12,7 +12,7 @@ from typing import Any
 
 from proxy import tracing, wirejson
 from proxy.compaction.recall import RecallSession
-from proxy.compaction.recall_contract import Answered, ModelReply, ToolCall
+from proxy.compaction.recall_contract import Answered, CallStrip, ModelReply, ToolCall
 from proxy.proxying.recall_usage import round_usage
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
@@ -34,12 +34,21 @@ class Asker:
         self._body: dict[str, Any] | None = None
         self._usages: list[dict[str, int]] = []
         self._deadline = time.monotonic() + session.settings.timeout_seconds
+        self._spent = False  # the re-ask that ends the rounds was sent
 
     def recalls(self, reply: ModelReply | None) -> list[ToolCall]:
         """The reply's recall calls to answer; none once the rounds are spent."""
-        if reply is None or len(self.tails) >= self.session.settings.max_rounds:
+        if reply is None or self._spent:
             return []
         return [c for c in reply.calls if c.name == self.session.tool_name]
+
+    def leftover(self, reply: ModelReply | None) -> CallStrip | None:
+        """What takes the recall calls out of a final reply that still makes some (its provider
+        ignored the last re-ask's ``tool_choice: none``): the client never declared the tool,
+        so they are removed before it is relayed. None: the reply makes none."""
+        if reply is None or not any(c.name == self.session.tool_name for c in reply.calls):
+            return None
+        return self.session.shape.strip(self.session.tool_name)
 
     async def again(
         self, reply: ModelReply, recalls: list[ToolCall], tail: bytes
@@ -53,10 +62,11 @@ class Asker:
         with tracing.span(
             tracing.RECALL_ROUND, {"recall.round": rounds, "recall.calls": len(recalls)}
         ):
-            answers = {call.id: await self.session.answer(call) for call in recalls}
+            answers = await self.session.answer_round(recalls)
             if self._body is None:
                 self._body = wirejson.parse(self._sent)
             last = rounds >= settings.max_rounds or time.monotonic() >= self._deadline
+            self._spent = last
             answered = Answered(reply, answers, settings.tool_name, last)
             self._body = self.session.shape.ask_again(self._body, answered)
             return await self._send(wirejson.encode(self._body))

@@ -11,7 +11,10 @@ answer.
   nothing but the events before it (the stream's opening, reasoning); a recall it calls after
   its text is answered by the stream itself (``proxy/proxying/recall_stream.py``).
 - Bounded: ``recall.max_rounds`` rounds, ``recall.timeout_seconds`` in all, and the re-ask that
-  ends them forbids tools, so the model answers with what it has. A stream held past
+  ends them forbids tools, so the model answers with what it has. The tool stays declared on
+  that re-ask (its history holds recall calls, which some providers refuse without their
+  tool); a provider that calls it all the same has those calls taken out of the answer
+  (``RecallShape.strip``): the client never declared the tool. A stream held past
   ``_MAX_HELD_BYTES`` undecided is relayed as it is.
 
 Headers ``X-Compaction-Recalls`` (rounds) and ``X-Compaction-Recall-Tokens`` (what the rounds
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.compaction.recall import RecallSession
-from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, ModelReply
+from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, CallStrip, ModelReply
 from proxy.proxying.recall_asker import Asker, Send
 from proxy.proxying.recall_stream import RecallStream, usage_events
 from proxy.proxying.recall_usage import (
@@ -93,7 +96,8 @@ async def recall_rounds(
         return Rounds(looked.response, headers, summed=looked.response.summed, later=True)
     if not asker.tails:
         return Rounds(looked.response, [], summed=_no)
-    final, summed = _with_rounds_usage(looked, asker.usages(), streaming)
+    strip = asker.leftover(looked.reply)
+    final, summed = _with_rounds_usage(looked, asker.usages(), streaming, strip)
     headers = asker.headers()
     session.finished(asker.tails)
     return Rounds(final, headers, summed=summed)
@@ -156,16 +160,18 @@ def _yes() -> bool:
 
 
 def _with_rounds_usage(
-    looked: _Looked, rounds: list[dict[str, int]], streaming: bool
+    looked: _Looked, rounds: list[dict[str, int]], streaming: bool, strip: CallStrip | None
 ) -> tuple[UpstreamResponse, Callable[[], bool]]:
-    """The final answer with the rounds' usage added (proxying/recall_usage.py), and whether
-    it was (a stream knows once it has ended); a failed answer, or one in a coding we cannot
-    read, goes out as it is."""
+    """The final answer with the rounds' usage added (proxying/recall_usage.py) and the recall
+    calls ``strip`` takes out, and whether its usage holds the rounds' (a stream knows once it
+    has ended); a failed answer, or one in a coding we cannot read, goes out as it is."""
     final = looked.response
     if final.status != 200 or not Decoder.of(final.headers).readable:
         return final, _no
     if streaming:
-        stream = StreamWithRounds(final, rounds)
+        stream = StreamWithRounds(final, rounds, strip)
         return stream, stream.summed
-    summed = body_with_rounds(final, looked.decoded, rounds) if looked.decoded else None
-    return (summed, _yes) if summed is not None else (final, _no)
+    if not looked.decoded:
+        return final, _no
+    final, summed = body_with_rounds(final, looked.decoded, rounds, strip)
+    return final, _yes if summed else _no

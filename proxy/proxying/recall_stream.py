@@ -32,6 +32,7 @@ from proxy.proxying.recall_usage import (
     decoded_headers,
     event_with_rounds,
     sse_data,
+    stripped,
     usage_in,
     with_data,
 )
@@ -177,6 +178,9 @@ class RecallStream:
         reply = self._shape.read_stream(events)
         recalls = self._asker.recalls(reply)
         if not recalls or reply is None:
+            strip = self._asker.leftover(reply)  # the rounds are spent: the client's calls only
+            if strip is not None:
+                held = [stripped(e, strip) for e in held]
             return b"".join(self._relay(e) for e in held), False
         relayed = [data for e in self._relayed if (data := sse_data(e)) is not None]
         tail = usage_events(events)

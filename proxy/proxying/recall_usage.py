@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from proxy import wirejson
+from proxy.compaction.recall_contract import CallStrip
 from proxy.proxying.responses import BufferedResponse
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
@@ -66,29 +67,43 @@ def add_rounds(usage: dict[str, Any], rounds: list[dict[str, int]]) -> None:
 
 
 def body_with_rounds(
-    final: UpstreamResponse, decoded: bytes, rounds: list[dict[str, int]]
-) -> UpstreamResponse | None:
-    """The whole final answer with the rounds' usage added; None when it has no usage."""
+    final: UpstreamResponse,
+    decoded: bytes,
+    rounds: list[dict[str, int]],
+    strip: CallStrip | None = None,
+) -> tuple[UpstreamResponse, bool]:
+    """The whole final answer with the rounds' usage added and, with ``strip``, its recall calls
+    taken out; and whether its usage holds the rounds' (it has one). Unreadable: as it is."""
     try:
         body = wirejson.loads_shallow(decoded)
     except ValueError:
-        return None
+        return final, False
     usage = usage_in(body) if isinstance(body, dict) else None
-    if usage is None:
-        return None
-    add_rounds(usage, rounds)
+    if usage is None and (strip is None or not isinstance(body, dict)):
+        return final, False
+    if usage is not None:
+        add_rounds(usage, rounds)
+    if strip is not None:
+        body = strip.whole(body)
     data = json.dumps(body, ensure_ascii=False).encode()
     headers = decoded_headers(final.headers)
     headers.append((b"content-length", str(len(data)).encode()))
-    return BufferedResponse(final.status, headers, data)
+    return BufferedResponse(final.status, headers, data), usage is not None
 
 
 class StreamWithRounds:
-    """A streamed final answer relayed event by event, its usage events with the rounds added."""
+    """A streamed final answer relayed event by event, its usage events with the rounds added
+    and, with ``strip``, its recall calls taken out."""
 
-    def __init__(self, response: UpstreamResponse, rounds: list[dict[str, int]]) -> None:
+    def __init__(
+        self,
+        response: UpstreamResponse,
+        rounds: list[dict[str, int]],
+        strip: CallStrip | None = None,
+    ) -> None:
         self._response = response
         self._rounds = rounds
+        self._strip = strip
         self._decoder = Decoder.of(response.headers)
         self.status = response.status
         self.headers = decoded_headers(response.headers)
@@ -106,8 +121,9 @@ class StreamWithRounds:
             parts = EVENT_END.split(pending)
             pending = parts.pop()  # what follows the last complete event
             out = b"".join(
-                self._rewritten(event) + end
+                kept + end
                 for event, end in zip(parts[::2], parts[1::2], strict=True)
+                if (kept := self._rewritten(event))
             )
             if out:
                 yield out
@@ -115,6 +131,10 @@ class StreamWithRounds:
             yield self._rewritten(pending)
 
     def _rewritten(self, event: bytes) -> bytes:
+        if self._strip is not None:
+            event = stripped(event, self._strip)
+            if not event:
+                return b""
         summed = event_with_rounds(event, self._rounds)
         if summed is None:
             return event
@@ -126,6 +146,15 @@ class StreamWithRounds:
 
     async def aclose(self) -> None:
         await self._response.aclose()
+
+
+def stripped(event: bytes, strip: CallStrip) -> bytes:
+    """One SSE event with its recall calls taken out; empty: the event goes."""
+    data = sse_data(event)
+    if data is None:
+        return event
+    kept = strip.continued(data)
+    return b"" if kept is None else with_data(event, kept)
 
 
 def decoded_headers(headers: RawHeaders) -> RawHeaders:

@@ -24,7 +24,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from proxy.errors import HeadersTooLarge, Overloaded, ProxyError, RequestTimeout
+from proxy.errors import HeadersTooLarge, InvalidRequest, Overloaded, ProxyError, RequestTimeout
 
 logger = logging.getLogger("proxy.limits")
 
@@ -247,6 +247,12 @@ class _Guard:
             # complete, a pass-through upload is aborted, nothing reaches the provider.
             self._close_with(BODY_TIMEOUT)
 
+    def send_400_response(self, msg: str) -> None:
+        # Called by either parser for a request it cannot read (a control character in a
+        # header value, a malformed request line): its own answer is plain text, ours is the
+        # JSON error shape every other refusal has (uvicorn has logged it already).
+        self._close_with(MALFORMED)
+
     def _close_with(self, response: bytes) -> None:
         self._disarm()
         self.transport.write(response)
@@ -261,6 +267,13 @@ HEADERS_TOO_LARGE = raw_response(
 )
 HEADER_TIMEOUT = raw_response(
     RequestTimeout("the request headers were not received in time", code="request_timeout")
+)
+MALFORMED = raw_response(
+    InvalidRequest(
+        "the request could not be parsed as HTTP/1.1 (a header name or value with a "
+        "character HTTP does not allow, or a malformed request line)",
+        code="malformed_request",
+    )
 )
 BODY_TIMEOUT = raw_response(
     RequestTimeout("the request body was not received in time", code="request_timeout")

@@ -4,6 +4,9 @@ what the client was told, the fallback when the provider refuses, and the shadow
 
 from __future__ import annotations
 
+import logging
+import re
+from dataclasses import replace
 from typing import Any
 
 import anthropic
@@ -63,11 +66,11 @@ def serve(mock, second_mock, start_proxy):
     return start
 
 
-def _client(server: Any, conversation: str = "native-a") -> anthropic.Anthropic:
+def _client(server: Any, conversation: str = "native-a", key: str = KEY) -> anthropic.Anthropic:
     return closed_after_test(
         anthropic.Anthropic(
             base_url=server.url,
-            api_key=KEY,
+            api_key=key,
             max_retries=0,
             default_headers={"X-Conversation-Id": conversation},
         )
@@ -167,3 +170,96 @@ def test_a_shadow_summary_is_stored_and_never_sent(serve, mock, second_mock) -> 
     checkpoints = admin_get(server, "/conversations/shadowed", key=KEY).json()["checkpoints"]
     assert checkpoints and "<agent_summary>" not in str(_sent(second_mock).json())
     assert len(_sent(second_mock).json()["messages"]) == len(_history(5))
+
+
+TENANT_FAULTS = {
+    "their own beta flag": {"extra_headers": {"anthropic-beta": "no-such-beta-2099"}},
+    "their own edits": {"extra_body": {"context_management": {"edits": [{"type": "bogus_9"}]}}},
+}
+
+
+@pytest.mark.parametrize("fault", TENANT_FAULTS.values(), ids=TENANT_FAULTS.keys())
+def test_a_tenants_own_bad_request_leaves_native_on_for_everyone(serve, second_mock, fault) -> None:
+    native = NativeProvider(second_mock)
+    server = serve()
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        _client(server, "careless").messages.create(
+            model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2), **fault
+        )
+    named = "anthropic-beta" if "extra_headers" in fault else "context_management"
+    assert named in str(refused.value)  # the provider's word on their own mistake
+    # Another tenant's next request still gets the provider's context management.
+    _client(server, "careful", key="sk-ant-caller-two").messages.create(
+        model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2)
+    )
+    assert "context_management" in _sent(second_mock).json()
+    assert native.refused == 0
+    assert "proxy_native_refusals_total{" not in httpx.get(f"{server.url}/metrics").text
+
+
+def test_a_refusal_is_remembered_only_once_the_request_without_the_fields_is_answered(
+    serve, second_mock
+) -> None:
+    native = NativeProvider(second_mock, rejects=True)
+    server = serve()
+    api = _client(server)
+    # The plain retry fails too (the history is invalid without the fields as with them): the
+    # refusal is not confirmed, so the next request asks for context management again.
+    broken = [{"role": "assistant", "content": "not a first turn"}, *_history(1)]
+    with pytest.raises(anthropic.BadRequestError):
+        api.messages.create(model=MODEL, max_tokens=100, messages=broken)
+    api.messages.create(model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2))
+    assert native.refused == 2
+    api.messages.create(model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2))
+    assert native.refused == 2  # confirmed by the answered retry: remembered
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_applied_edit_with_counts_that_are_not_numbers_is_relayed(
+    serve, second_mock, stream, caplog
+) -> None:
+    native = NativeProvider(second_mock)
+
+    def garbled(request: Any) -> Any:
+        reply = native(request)
+        odd = rb'"cleared_tool_uses": "four", "cleared_input_tokens": {"n": 1}'
+        counts = re.compile(rb'"cleared_tool_uses": \d+, "cleared_input_tokens": \d+')
+        chunks = [counts.sub(odd, c) if isinstance(c, bytes) else c for c in reply.chunks]
+        return replace(reply, chunks=chunks)
+
+    second_mock.default = garbled
+    server = serve()
+    with caplog.at_level(logging.ERROR, logger="proxy"):
+        raw = _client(server, "garbled").messages.with_raw_response.create(
+            model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(5), stream=stream
+        )
+        assert raw.status_code == 200
+        if stream:
+            assert [event.type for event in raw.parse()][-1] == "message_stop"
+        else:
+            assert raw.parse().content[-1].type == "tool_use"
+            assert raw.headers["x-compaction-native"].startswith("clear_tool_uses_20250919=0 ")
+        settle(server.url, route="messages", answered=1)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'proxy_native_edits_total{edit="clear_tool_uses_20250919",route="messages"} 1.0' in (
+        metrics
+    )
+
+
+def test_a_refusal_one_tenant_causes_is_remembered_for_that_tenant_only(serve, second_mock) -> None:
+    """A tenant on an old ``anthropic-version`` gets the proxy's fields refused (they name only
+    what the proxy sent, and the request without them is answered): confirmed, yet the
+    provider's answer to that tenant says nothing of what it answers the others."""
+    native = NativeProvider(second_mock)
+    server = serve()
+    old = _client(server, "old-api", key="sk-ant-caller-old").with_options(
+        default_headers={"anthropic-version": "2023-01-01"}
+    )
+    for _ in range(2):
+        old.messages.create(model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2))
+    assert native.refused == 1  # remembered for that tenant after one refusal
+    _client(server, "current-api").messages.create(
+        model=MODEL, max_tokens=100, tools=TOOLS, messages=_history(2)
+    )
+    assert "context_management" in _sent(second_mock).json()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import openai
 import pytest
 
 from tests.support.clients import KEY, openai_client
@@ -22,9 +23,9 @@ NATIVE = {
 ASKED = [{"type": "compaction", "compact_threshold": 50}]
 
 
-def _create(server: Any, **extra: Any) -> Any:
+def _create(server: Any, key: str = KEY, **extra: Any) -> Any:
     fields = {"model": "gpt-4o", "instructions": INSTRUCTIONS, "input": long_input(), **extra}
-    return openai_client(server, "native-1", key=KEY).responses.with_raw_response.create(**fields)
+    return openai_client(server, "native-1", key=key).responses.with_raw_response.create(**fields)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -76,6 +77,19 @@ def test_a_provider_refusing_the_field_answers_the_plain_request(mock, start_pro
     assert "context_management" not in provider.responses_requests()[-1]
     assert native.refused == 1
     assert raw.headers["x-compaction-strategy"] == "summarize"
+
+
+def test_a_tenants_own_bad_field_leaves_native_on_for_everyone(mock, start_proxy) -> None:
+    provider = ResponsesProvider(mock)
+    native = NativeProvider(mock)
+    server = start_proxy(summarizing(mock.url, policy=NATIVE))
+    with pytest.raises(openai.BadRequestError) as refused:
+        _create(server, extra_body={"context_management": [{"type": "bogus_9"}]})
+    assert refused.value.param == "context_management"  # the provider's word on their mistake
+    raw = _create(server, key="sk-another-tenant")
+    assert provider.responses_requests()[-1]["context_management"] == ASKED
+    assert raw.headers["x-compaction-strategy"] == "native"
+    assert native.refused == 0
 
 
 @pytest.mark.parametrize("policy", [NATIVE, {**NATIVE, "strategy": "summarize"}])

@@ -216,3 +216,27 @@ def test_the_admin_api_shows_what_is_kept_to_its_own_tenant_only(mock, start_pro
     assert all(re.fullmatch(r"r[a-z2-7]{10}", item["handle"]) for item in data)
     other = admin_get(server, "/conversations/recall-admin/originals", key="sk-someone-else")
     assert other.status_code == 404
+    # What the admin API answers holds a tenant's conversations: never cached, never sniffed.
+    for answer in (shown, other, admin_get(server, "/conversations/recall-admin")):
+        assert answer.headers["cache-control"] == "no-store", answer.url
+        assert answer.headers["x-content-type-options"] == "nosniff", answer.url
+    refused = httpx.get(f"{server.url}/admin/conversations/recall-admin/originals")
+    assert refused.status_code == 401
+    assert refused.headers["cache-control"] == "no-store"
+
+
+def test_tools_that_are_not_a_list_go_out_as_they_came(mock, start_proxy):
+    """An invalid ``tools`` is the provider's to refuse: the proxy adds nothing to it."""
+    RecallProvider(mock)
+    server = start_proxy(summarizing(mock.url, policy=CLEARING))
+    client = openai_client(server, "recall-odd-tools")
+    history = cleared_history(client, BIG_RESULT)
+    history.append({"role": "user", "content": "and now?"})
+    client.chat.completions.create(
+        model="gpt-4o", messages=history, extra_body={"tools": {"not": "a list"}}
+    )
+    sent = mock.chat_requests()[-1].json()
+    stubbed = json.dumps(sent["messages"])
+    assert "tool result cleared" in stubbed  # compacted ...
+    assert sent["tools"] == {"not": "a list"}  # ... its tools as they came ...
+    assert "recall id" not in stubbed  # ... and no handle for a tool it was not offered

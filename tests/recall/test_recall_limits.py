@@ -130,3 +130,25 @@ def test_the_ledger_prices_each_call_once(mock, start_proxy):
     assert after["requests"] == before["requests"] + 1
     assert after["prompt_tokens"] - before["prompt_tokens"] == 20
     assert after["output_tokens"] - before["output_tokens"] == 10
+
+
+def test_one_round_of_many_recall_calls_is_capped_in_all(mock, start_proxy):
+    RecallProvider(mock)
+    server = start_proxy(summarizing(mock.url, policy=CLEARING, recall={"max_rounds": 1}))
+    client = openai_client(server, "limits-many")
+    long_file = f"\nthe id is {SECRET}\n" + "a long line of the file being read\n" * 1000
+    history = cleared_history(client, long_file)
+    handle = HANDLE.findall(json.dumps(mock.chat_requests()[-1].json()))[0]
+    # A model that asks for the same 35 kB original 300 times in one answer.
+    calls = [chat_call(TOOL, {"id": handle}, n) for n in range(300)]
+    mock.push(json_reply(completion("", tool_calls=calls)), json_reply(completion("done")))
+    history.append({"role": "user", "content": "go"})
+    reply = client.chat.completions.create(model="gpt-4o", messages=history)
+
+    assert reply.choices[0].message.content == "done"
+    again = mock.chat_requests()[-1]
+    results = recall_results(again.json())
+    assert len(results) == 300  # every call has its result, as the providers require
+    assert SECRET in results[0]
+    # Each result is capped (recall.max_result_bytes), and so is the round's total.
+    assert len(again.body) < 256 * 1024, len(again.body)

@@ -474,3 +474,25 @@ def test_max_connections_is_kept_within_the_open_files_limit(
     assert "server.max_connections lowered from 4096" in caplog.text
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1 << 20, 1 << 20))
     assert connection_budget(settings) == 4096
+
+
+@pytest.mark.parametrize("http", PROTOCOLS)
+def test_a_header_the_parser_refuses_is_a_json_400(
+    mock: MockUpstream, start_proxy, http: str
+) -> None:
+    """A control character in a header value (here X-Compaction-Focus): both parsers refuse the
+    request with their own plain-text 400; the client gets the proxy's JSON error shape."""
+    server = served(mock, start_proxy, http=http)
+    body = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+    with connect(server) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"x-compaction-focus: the \x01 tests\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
+        response = read_response(sock)
+    assert status_of(response) == 400, response[:300]
+    head, _, payload = response.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower()
+    assert json.loads(payload)["error"]["type"] == "invalid_request_error"
+    assert mock.received == []

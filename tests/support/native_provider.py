@@ -14,7 +14,10 @@ anthropic-sdk-python 0.121.0 beta types):
   message, or the stream's ``message_delta``); ``compact_20260112`` over its trigger puts a
   ``compaction`` block first and its tokens in ``usage.iterations``.
 
-``rejects=True`` plays a provider without these APIs: the field is an error in its own shape.
+Like the real APIs it refuses what it does not know, naming it: an ``anthropic-beta`` flag
+(``Unexpected value(s) ... for the anthropic-beta header``), an edit or entry ``type``.
+``rejects=True`` plays a provider without these APIs: the field is an error in its own shape;
+so does a request of an ``anthropic-version`` older than ``CURRENT_VERSION``.
 Tokens are the mock's own estimate: a quarter of the JSON's length.
 """
 
@@ -31,6 +34,8 @@ from tests.support.mock_upstream import MockUpstream, Received, Reply, json_repl
 CLEARING_BETA = "context-management-2025-06-27"
 COMPACT_BETA = "compact-2026-01-12"
 _EDIT_BETAS = {"clear_tool_uses_20250919": CLEARING_BETA, "compact_20260112": COMPACT_BETA}
+CURRENT_VERSION = "2023-06-01"  # what the anthropic SDK sends
+KNOWN_BETAS = {*_EDIT_BETAS.values(), "interleaved-thinking-2025-05-14"}
 
 
 def tokens(value: object) -> int:
@@ -49,9 +54,14 @@ class NativeProvider:
         if request.method != "POST" or not request.path.endswith(("/responses", "/messages")):
             return self.inner(request)
         body = request.json()
+        unknown = _unknown_betas(request) if request.path.endswith("/messages") else []
+        if unknown:
+            flags = ", ".join(f"`{f}`" for f in unknown)
+            return error(f"Unexpected value(s) {flags} for the `anthropic-beta` header.")
         if "context_management" not in body:
             return self.inner(request)
-        if self.rejects:
+        old = request.headers.get("anthropic-version", CURRENT_VERSION) < CURRENT_VERSION
+        if self.rejects or old:
             with self._lock:
                 self.refused += 1
             return self._refusal(request)
@@ -73,6 +83,13 @@ class NativeProvider:
     # --- Responses ------------------------------------------------------------------------------
 
     def _responses(self, body: dict[str, Any], answer: Reply) -> Reply:
+        entries = body["context_management"]
+        if not isinstance(entries, list) or any(e.get("type") != "compaction" for e in entries):
+            message = "Invalid value for 'context_management': expected entries of type compaction."
+            shape = {"message": message, "type": "invalid_request_error"}
+            return json_reply(
+                {"error": {**shape, "param": "context_management", "code": None}}, 400
+            )
         if answer.status != 200:
             return answer
         response = json.loads(b"".join(c for c in answer.chunks if isinstance(c, bytes)))
@@ -101,9 +118,12 @@ class NativeProvider:
     def _messages(self, request: Received, body: dict[str, Any], unstreamed: Received) -> Reply:
         edits = body["context_management"].get("edits") or []
         flags = {f.strip() for f in request.headers.get("anthropic-beta", "").split(",")}
-        for edit in edits:
-            beta = _EDIT_BETAS.get(edit.get("type"))
-            if beta is not None and beta not in flags:
+        for n, edit in enumerate(edits):
+            if edit.get("type") not in _EDIT_BETAS:
+                found = edit.get("type")
+                return error(f"context_management.edits.{n}: Input tag '{found}' is not expected")
+            beta = _EDIT_BETAS[edit["type"]]
+            if beta not in flags:
                 return error(f"context_management.edits: {edit['type']} needs the {beta} beta")
         answer = self.inner(unstreamed)
         if answer.status != 200:
@@ -137,6 +157,11 @@ class NativeProvider:
         if body.get("stream"):
             return sse_reply(message_events(message))
         return json_reply(message)
+
+
+def _unknown_betas(request: Received) -> list[str]:
+    flags = [f.strip() for f in request.headers.get("anthropic-beta", "").split(",")]
+    return [f for f in flags if f and f not in KNOWN_BETAS]
 
 
 def _cleared(messages: list[dict[str, Any]], edit: dict[str, Any]) -> dict[str, Any] | None:

@@ -10,18 +10,30 @@ from proxy import wirejson
 from proxy.errors import ProxyError
 from proxy.state.listing import ConversationInfo
 
+# What the admin API answers holds a tenant's summaries and originals: no cache (a browser's,
+# a shared proxy's) keeps it, and no browser reads it as anything but JSON.
+HEADERS = {"cache-control": "no-store", "x-content-type-options": "nosniff"}
+
 
 class AdminJSON(JSONResponse):
     """An admin answer as the request path writes JSON (``proxy.wirejson``): text that no UTF-8
     encoder takes, a lone surrogate a client sent in a message or a model name, goes out as its
     ``\\u`` escape, as the client sent it, instead of making the answer a 500 (issue 17)."""
 
+    def __init__(self, content: Any, status_code: int = 200) -> None:
+        super().__init__(content, status_code=status_code, headers=HEADERS)
+
     def render(self, content: Any) -> bytes:
         return wirejson.encode(content)
 
 
 def error_response(error: ProxyError) -> Response:
-    return Response(error.to_body(), status_code=error.status_code, media_type="application/json")
+    return Response(
+        error.to_body(),
+        status_code=error.status_code,
+        media_type="application/json",
+        headers=HEADERS,
+    )
 
 
 def describe_info(info: ConversationInfo) -> dict[str, Any]:
