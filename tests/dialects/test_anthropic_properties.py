@@ -346,7 +346,7 @@ def test_a_string_system_stays_whole_and_an_echoed_summary_is_dropped(
     [
         (b"[]", "JSON object"),
         (b'{"messages": []}', "messages"),
-        (b'{"messages": [{"role": "system", "content": "x"}]}', "messages.0.role"),
+        (b'{"messages": [{"role": "tool", "content": "x"}]}', "messages.0.role"),
         (b'{"messages": [{"role": "user", "content": 3}]}', "messages.0.content"),
         (b'{"messages": [{"role": "user", "content": [{"text": "x"}]}]}', "messages.0.content.0"),
         (
