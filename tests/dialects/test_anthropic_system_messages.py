@@ -54,19 +54,23 @@ def claude_code_headers(conversation: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("named_by", ["header", "auto"])
 def test_claude_codes_first_request_is_answered_with_its_system_message_in_place(
-    serve, messages_provider, summarizer
+    serve, messages_provider, summarizer, named_by: str
 ) -> None:
-    server = serve()
+    """With a conversation id, from the header or made up (``conversation.missing: auto``)."""
+    server = serve(conversation={"missing": "auto"}) if named_by == "auto" else serve()
+    headers = claude_code_headers("cc-1")
+    if named_by == "auto":
+        del headers["x-conversation-id"]
     messages = [
         {"role": "user", "content": "hi"},
         {"role": "system", "content": SKILLS},
     ]
     body = {"model": MODEL, "max_tokens": 64, "messages": messages}
-    response = httpx.post(
-        f"{server.url}/v1/messages?beta=true", json=body, headers=claude_code_headers("cc-1")
-    )
+    response = httpx.post(f"{server.url}/v1/messages?beta=true", json=body, headers=headers)
     assert response.status_code == 200, response.text
+    assert response.headers["x-compaction"] == "skipped"  # planned: below the trigger
     assert response.json()["content"][0]["text"] == "done: saw 2 messages"
     received = messages_provider.requests()
     assert len(received) == 1 and problems(received[0]) == []
