@@ -158,6 +158,7 @@ def policies() -> st.SearchStrategy[PolicySettings]:
         trigger=st.just(ALWAYS),
         keep=keep,
         clear_tool_results=clear,
+        pin=st.sampled_from([(), ('role == "user"',)]),  # the coding-agent recipe pins prompts
     )
 
 
