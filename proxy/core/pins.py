@@ -19,6 +19,10 @@ A tool call and its results travel together: pinning any message of a tool round
 message with the calls and every result answering it) pins the whole round, so a pinned result is
 never sent without its call. The preamble is always sent and needs no pin.
 
+A dialect may also pin a message itself, whatever the policy says, by setting ``PINNED`` on the
+neutral message: Anthropic's ``role: "system"`` messages inside ``messages`` are instructions the
+client placed among its turns, and an instruction is never summarized, cleared or dropped.
+
 Pinned messages older than the cut are sent verbatim, in their original order, right after the
 summary (with the task message when it is sent again); the planner counts them against ``keep``
 and the window like any other message (``Grouping.sent_again``). Pins are a pure function of the
@@ -41,6 +45,8 @@ from proxy.core.messages import content_text
 
 log = logging.getLogger(__name__)
 
+# Set (True) by a dialect on a neutral message that is pinned whatever the policy's ``pin:``.
+PINNED = "_pinned"
 _FUNCTIONS = {"len": len, "str": str, "int": int, "float": float, "any": any, "all": all}
 NAMES = frozenset({"message", "role", "text", "tool", "calls", "turn", "True", "False", "None"})
 _RESULT_ROLES = frozenset({"tool", "function"})
@@ -86,14 +92,16 @@ def pinned(
 ) -> tuple[int, ...]:
     """Indexes of the pinned messages after the preamble, ascending, closed over tool rounds.
     ``facts`` (each message's, ``proxy.core.facts``) remembers each answer, so a long history
-    is evaluated once, not on every request."""
+    is evaluated once, not on every request. Messages a dialect marked ``PINNED`` are always
+    among them."""
+    marked = {i for i in range(grouping.preamble_len, len(messages)) if messages[i].get(PINNED)}
     if not expressions:
-        return ()
+        return tuple(sorted(marked))  # instructions: no tool round to close over
     pins = compile_pins(expressions)
     call_names: dict[str, str] = {}  # tool call id -> the tool's name
     round_of: dict[str, int] = {}  # tool call id -> index of the assistant message calling it
     members: dict[int, list[int]] = {}  # assistant index -> its round's indexes
-    chosen: set[int] = set()
+    chosen: set[int] = marked
     last_function_call = -1  # legacy functions carry no id: a result answers the latest call
     starts = set(grouping.starts)
     turn = -1
@@ -154,8 +162,9 @@ def unpinned(
 def to_summarize(
     messages: Sequence[dict[str, Any]], expressions: tuple[str, ...], start: int, end: int
 ) -> tuple[dict[str, Any], ...]:
-    """messages[start:end] less what ``expressions`` pin in ``messages`` (a cleaned history)."""
-    if not expressions:
+    """messages[start:end] less what ``expressions`` (or a dialect, ``PINNED``) pin in
+    ``messages`` (a cleaned history)."""
+    if not expressions and not any(m.get(PINNED) for m in messages[start:end]):
         return tuple(messages[start:end])
     return unpinned(messages, start, end, pinned(messages, group(messages), expressions))
 

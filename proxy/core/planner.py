@@ -99,9 +99,11 @@ def plan(
         else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
     )
     grouping = group(source)
-    if policy.pin and policy.strategy != "off":
-        found = pinned(source, grouping, policy.pin, counter.facts_of(source))
-        grouping = replace(grouping, pinned=found)
+    if policy.strategy != "off":  # the policy's pins, and what a dialect pinned (PINNED)
+        facts = counter.facts_of(source) if policy.pin else None
+        found = pinned(source, grouping, policy.pin, facts)
+        if found:
+            grouping = replace(grouping, pinned=found)
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.per_message(source, model)
     tokens_before = sum(source_counts) + fixed

@@ -2,7 +2,7 @@
 (docs/dialects.md, "Anthropic Messages").
 
 Wire shapes (Anthropic's API reference, the ``anthropic`` SDK's ``types``): a body holds
-``system`` (a string or text blocks) and ``messages``, each ``{"role": "user" | "assistant",
+``system`` (a string or text blocks) and ``messages``, each ``{"role": "user" | "assistant" | "system",
 "content": str | [block]}``. Blocks are ``text``, ``image``, ``document``, ``tool_use`` (assistant:
 ``id``, ``name``, ``input``), ``tool_result`` (user: ``tool_use_id``, ``content`` a string or
 blocks, ``is_error``), ``thinking`` / ``redacted_thinking`` (signed: sent back exactly as they
@@ -11,6 +11,9 @@ came) and server-tool blocks; any block may carry a ``cache_control`` mark.
 The neutral messages:
 
 - each ``system`` text block is one system message (the preamble); a string system is one;
+- a ``role: "system"`` message inside ``messages`` (models that take them; the SDK's
+  ``MessageParam``: a string or blocks, text and the beta's tool changes) is one system message
+  in its place, ``PINNED``: an instruction, never summarized, cleared or dropped;
 - a user message holding ``tool_result`` blocks is one tool message per result
   (``tool_call_id`` = ``tool_use_id``), never a new interaction; text next to the results is
   counted with the last of them;
@@ -22,7 +25,9 @@ in ``_hash``, that wire message without its ``cache_control`` marks: clients suc
 move the marks every turn, and a hash that saw them would never match a checkpoint.
 
 Rendering puts the summary (and any notice) into ``system`` as more text blocks after the
-client's, and the kept wire messages back unchanged, but for the tool results the plan cleared.
+client's, and the kept wire messages back unchanged, but for the tool results the plan cleared;
+a system message sent again after a cut goes to the first place the API accepts
+(``proxy.dialects.anthropic_placement``).
 The last injected block gets a cache breakpoint when the request has room for one
 (``proxy.dialects.anthropic_cache``), so the compacted prefix is cached.
 """
@@ -35,16 +40,18 @@ from typing import Any
 
 from proxy import wirejson
 from proxy.core.facts import FactLookup
+from proxy.core.pins import PINNED
 from proxy.core.planner import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
 from proxy.dialects.anthropic_native import ANTHROPIC_NATIVE
+from proxy.dialects.anthropic_placement import placed
 from proxy.dialects.anthropic_recall import ANTHROPIC_RECALL
 from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
 from proxy.errors import InvalidRequest, ProxyError
 
-_ROLES = ("user", "assistant")
+_ROLES = ("user", "assistant", "system")
 _CACHE_MARK = "cache_control"
 
 
@@ -70,7 +77,7 @@ def parse_messages_body(raw: bytes) -> dict[str, Any]:
         if not isinstance(message, dict):
             raise _invalid("must be an object", where)
         if message.get("role") not in _ROLES:
-            raise _invalid("must be 'user' or 'assistant'", f"{where}.role")
+            raise _invalid("must be 'user', 'assistant' or 'system'", f"{where}.role")
         content = message.get("content")
         if not isinstance(content, str):
             _check_blocks(content, f"{where}.content")
@@ -172,6 +179,10 @@ def _neutral_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
     wire = [message]
     hashed = _hashed(message)
     content = message["content"]
+    if message["role"] == "system":  # an instruction among the turns: pinned, never summarized
+        return [
+            {"role": "system", "content": _parts(content), WIRE: wire, HASHED: hashed, PINNED: True}
+        ]
     if message["role"] == "assistant":
         out: dict[str, Any] = {"role": "assistant", "content": _parts(content) or None}
         if isinstance(content, list):
@@ -236,6 +247,11 @@ def _tools(tools: object) -> object:
 # --- neutral -> wire -----------------------------------------------------------------------------
 
 
+def _is_turn(wire: list[Any]) -> bool:
+    """The wire items are one message of ``messages`` (a system text block or string is not)."""
+    return isinstance(wire[0], dict) and "role" in wire[0]
+
+
 def _render_system(body: dict[str, Any], plan: Plan) -> tuple[bool, object]:
     """(present, value) of the ``system`` to send: the client's kept blocks, then what the plan
     injected (the summary, a notice) as text blocks; the client's string stays a string when
@@ -246,6 +262,8 @@ def _render_system(body: dict[str, Any], plan: Plan) -> tuple[bool, object]:
         if message.get("role") != "system":
             continue
         wire = message.get(WIRE)
+        if wire is not None and _is_turn(wire):
+            continue  # a system message inside ``messages`` stays there
         if wire is None:
             added.append({"type": "text", "text": message["content"]})
         else:
@@ -274,8 +292,8 @@ def _render_messages(plan: Plan) -> list[dict[str, Any]]:
     }
     out: list[dict[str, Any]] = []
     for wire, members in wire_groups(plan):
-        if wire is None or members[0].get("role") == "system":
-            continue  # the system prompt is rendered on its own
+        if wire is None or not _is_turn(wire):
+            continue  # the system prompt (and what the plan injected) is rendered on its own
         stubs = {
             m["tool_call_id"]: m["content"]
             for m in members
@@ -283,7 +301,7 @@ def _render_messages(plan: Plan) -> list[dict[str, Any]]:
         }
         for message in wire:
             out.append(_stubbed(message, stubs) if stubs else message)
-    return out
+    return placed(out)  # a pinned system message sent again goes where the API takes it
 
 
 def _stubbed(message: dict[str, Any], stubs: Mapping[str, Any]) -> dict[str, Any]:

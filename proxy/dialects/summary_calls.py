@@ -65,7 +65,11 @@ def messages_summary_call(
     messages = list(sent.get("messages", []))
     block = {"type": "text", "text": instruction}
     last = messages[-1] if messages else None
-    if isinstance(last, dict) and last.get("role") == "user":
+    if isinstance(last, dict) and last.get("role") == "system":
+        # A system message must end the list or precede an assistant turn: the instructions join
+        # its section as one more (docs/dialects.md, "System messages inside messages").
+        messages.append({"role": "system", "content": [block]})
+    elif isinstance(last, dict) and last.get("role") == "user":
         content = last.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         messages[-1] = {**last, "content": [*(blocks or []), block]}

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from proxy.core.facts import FactCache
 from proxy.core.interactions import group
-from proxy.core.pins import pinned
+from proxy.core.pins import PINNED, pinned, to_summarize
 from proxy.core.plan_view import describe_plan
 from proxy.core.planner import PriorSummary
 from proxy.core.policy import (
@@ -222,3 +222,19 @@ def test_answers_remembered_per_message_still_depend_on_where_it_sits() -> None:
     with cache.request() as facts:
         found = pinned(results, group(results), ('tool == "read_file"',), facts.scan(results))
     assert found == (4, 5)
+
+
+def test_a_message_a_dialect_pinned_is_pinned_without_any_pin_setting(
+    counter: TokenCounter,
+) -> None:
+    messages = chat(10)
+    messages[3] = {**messages[3], PINNED: True}  # an instruction the dialect says is pinned
+    p = run(messages, policy(), counter)
+    request = p.summary_request
+    assert request is not None and messages[3] not in request.messages
+    assert p.grouping.pinned == (3,)
+    sent = p.with_summary("Old turns.", checkpoint_id="cp").messages
+    assert sent[2] is messages[3]  # sent again right after the summary
+    assert to_summarize(messages, (), 1, 17) == tuple(
+        m for i, m in enumerate(messages[1:17], start=1) if i != 3
+    )

@@ -54,7 +54,8 @@ def maybe_marked(draw: st.DrawFn, block: dict[str, Any]) -> dict[str, Any]:
 def bodies(draw: st.DrawFn) -> Body:
     """A request as an agent sends it: a system prompt (none, a string or text blocks), then
     user turns and assistant answers, tool rounds (thinking, parallel tool_use, the results in
-    any order, sometimes with text after them), images, and cache marks anywhere."""
+    any order, sometimes with text after them), images, system messages among the turns, and
+    cache marks anywhere."""
     ids = iter(range(10_000))
     words = lambda: "w " * draw(st.integers(1, 40))  # noqa: E731
     body: Body = {"model": "claude-test", "max_tokens": 64}
@@ -117,8 +118,27 @@ def bodies(draw: st.DrawFn) -> Body:
             messages.append({"role": "assistant", "content": [{"type": "text", "text": words()}]})
     if messages[-1]["role"] == "assistant" and draw(st.booleans()):
         messages.append({"role": "user", "content": "next " + words()})
-    body["messages"] = messages
+    body["messages"] = with_system_messages(draw, messages)
     return body
+
+
+def with_system_messages(draw: st.DrawFn, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sometimes a ``role: "system"`` message where the API takes one (Claude Code's skills
+    after the first turn, news after tool results): after a user turn, before an assistant
+    turn or at the end; its content a string or text blocks."""
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        out.append(message)
+        after = messages[i + 1] if i + 1 < len(messages) else None
+        fits = message["role"] == "user" and (after is None or after["role"] == "assistant")
+        if fits and draw(st.integers(0, 3)) == 0:
+            content = f"instruction {i}: " + "w " * draw(st.integers(1, 30))
+            if draw(st.booleans()):
+                out.append({"role": "system", "content": content})
+            else:
+                block = maybe_marked(draw, {"type": "text", "text": content})
+                out.append({"role": "system", "content": [block]})
+    return out
 
 
 def policies() -> st.SearchStrategy[PolicySettings]:
@@ -138,6 +158,7 @@ def policies() -> st.SearchStrategy[PolicySettings]:
         trigger=st.just(ALWAYS),
         keep=keep,
         clear_tool_results=clear,
+        pin=st.sampled_from([(), ('role == "user"',)]),  # the coding-agent recipe pins prompts
     )
 
 
@@ -166,7 +187,10 @@ def test_every_rendered_body_is_a_valid_request(body: Body, policy: PolicySettin
     rendered = MESSAGES.render(body, current)
     assert body == original  # the client's body is never mutated
 
-    assert problems(rendered) == []  # pairs whole, first turn the user's
+    assert problems(rendered) == []  # pairs whole, first turn the user's, system messages placed
+    # System messages inside messages are instructions: every one sent, verbatim, in order.
+    in_messages = [m for m in original["messages"] if m["role"] == "system"]
+    assert [m for m in rendered["messages"] if m["role"] == "system"] == in_messages
     summaries = summaries_in(rendered)
     assert len(summaries) <= 1
     client_system = system_texts(original)
@@ -181,8 +205,9 @@ def test_every_rendered_body_is_a_valid_request(body: Body, policy: PolicySettin
     if isinstance(original.get("system"), list):
         assert rendered["system"][: len(original["system"])] == original["system"]  # marks too
     # Every sent message is one the client sent, but for a cleared result's content; the newest
-    # turn is always verbatim.
-    assert rendered["messages"][-1] == original["messages"][-1]
+    # turn is always verbatim (a system message sent again may follow it: its place after a cut).
+    newest = [m for m in original["messages"] if m["role"] != "system"][-1]
+    assert [m for m in rendered["messages"] if m["role"] != "system"][-1] == newest
     for message in rendered["messages"]:
         if message in original["messages"]:
             continue
@@ -346,7 +371,7 @@ def test_a_string_system_stays_whole_and_an_echoed_summary_is_dropped(
     [
         (b"[]", "JSON object"),
         (b'{"messages": []}', "messages"),
-        (b'{"messages": [{"role": "system", "content": "x"}]}', "messages.0.role"),
+        (b'{"messages": [{"role": "tool", "content": "x"}]}', "messages.0.role"),
         (b'{"messages": [{"role": "user", "content": 3}]}', "messages.0.content"),
         (b'{"messages": [{"role": "user", "content": [{"text": "x"}]}]}', "messages.0.content.0"),
         (

@@ -4,7 +4,8 @@ proxy's ``upstream.anthropic_base_url``), on top of MockUpstream.
 It reads requests with its own translation, written from Anthropic's API reference and never
 from the proxy's adapter, and refuses what the real API refuses: a first turn that is not the
 user's, a ``tool_result`` that does not answer a ``tool_use`` of the assistant turn just before
-it, a ``tool_use`` left unanswered by the next turn, more than four ``cache_control`` marks, a
+it, a ``tool_use`` left unanswered by the next turn, a ``role: "system"`` message out of its
+place (``system_placement``), more than four ``cache_control`` marks, a
 mark of an hour's TTL after one of five minutes. A refusal is a 400 in Anthropic's shape, so
 a test that sees one knows the proxy sent something invalid.
 
@@ -140,8 +141,11 @@ def problems(body: dict[str, Any]) -> list[str]:
     messages = body.get("messages") or []
     if not messages or messages[0].get("role") != "user":
         found.append("the first message must be the user's")
+    found += system_placement(messages)
     open_calls: set[str] = set()
     for i, turn in enumerate(messages):
+        if turn.get("role") == "system":
+            continue  # placed by its own rule (system_placement), between the turns
         content = blocks(turn.get("content"))
         results = {b["tool_use_id"] for b in content if b.get("type") == "tool_result"}
         if turn.get("role") == "user":
@@ -154,6 +158,34 @@ def problems(body: dict[str, Any]) -> list[str]:
             if open_calls:
                 found.append(f"messages.{i - 1}: tool_use without its tool_result")
             open_calls = {b["id"] for b in content if b.get("type") == "tool_use"}
+    return found
+
+
+def system_placement(messages: list[dict[str, Any]]) -> list[str]:
+    """Where the API refuses a ``role: "system"`` message (Anthropic's "Mid-conversation system
+    messages", Limitations): never the first entry; a run of them (one system section) must
+    immediately follow a user turn (tool results included) or an assistant turn ending in a
+    server tool result, and must precede an assistant turn or end the array."""
+    found = []
+    i = 0
+    while i < len(messages):
+        if messages[i].get("role") != "system":
+            i += 1
+            continue
+        end = i
+        while end < len(messages) and messages[end].get("role") == "system":
+            end += 1
+        before = messages[i - 1] if i else None
+        after = messages[end] if end < len(messages) else None
+        last = blocks(before.get("content"))[-1:] if before else []
+        server_result = bool(last) and str(last[0].get("type", "")).endswith("_tool_result")
+        if before is None:
+            found.append(f"messages.{i}: a system message cannot be the first entry")
+        elif not (before.get("role") == "user" or server_result):
+            found.append(f"messages.{i}: a system message must follow a user turn")
+        if after is not None and after.get("role") != "assistant":
+            found.append(f"messages.{i}: a system message must precede an assistant turn")
+        i = end
     return found
 
 
@@ -223,7 +255,8 @@ class AnthropicProvider:
     def _rounds_wanted(messages: list[dict[str, Any]]) -> bool:
         """Another tool round: the last turn is a user text asking for tools, or tool results
         none of which says it was the ``LAST`` (the client decides when its run ends)."""
-        content = blocks(messages[-1].get("content"))
+        turns = [m for m in messages if m.get("role") != "system"]  # instructions, not turns
+        content = blocks(turns[-1].get("content")) if turns else []
         results = [b for b in content if b.get("type") == "tool_result"]
         if results:
             return "LAST" not in json.dumps(results)
