@@ -55,10 +55,7 @@ def test_no_broken_history_and_no_5xx(agent: str, mode: str) -> None:
     assert figures.proxy_5xx == 0
 
 
-SYSTEM_TURNS = "the proxy refuses system turns inside messages (Claude Code's default model)"
-
-
-@pytest.mark.parametrize("agent", expected_failure(SYSTEM_TURNS, "claude-code"))
+@pytest.mark.parametrize("agent", SESSIONS)
 def test_proxy_accepts_every_request(agent: str) -> None:
     assert replayed(agent, "as-recorded").proxy_4xx == 0
 
