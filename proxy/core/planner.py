@@ -137,7 +137,7 @@ def plan(
     )
     window = model_info.context_window if model_info else None
     decision = _STRATEGIES[policy.strategy](
-        _Measured(ctx, source, grouping, window, force, fire), prior
+        _Measured(ctx, source, source_counts, grouping, window, force, fire), prior
     )
     sent, kept_from, task, tokens_after = assemble(ctx, grouping, decision.head, decision.render_at)
     applied = decision.applied
@@ -163,6 +163,7 @@ class _Measured:
 
     ctx: PlanContext
     source: list[dict[str, Any]]  # before tool results were cleared: what a summary reads
+    source_counts: list[int]  # its tokens per message
     grouping: Grouping
     window: int | None  # the model's context window, when known
     force: bool  # an overflow retry: compact as hard as the rules allow
@@ -194,6 +195,16 @@ class _Measured:
         if self.fire:
             result = Verdict((*result.fired, *self.fire), (*result.near, *self.fire))
         return result
+
+    def unstubbed(self) -> Verdict:
+        """The triggers measured on the history as the client sent it, no tool result stubbed.
+        In an append-only history it only grows, so what it makes due stays due; the prompt
+        with stubs shrinks each time a batch of results is cleared, and a summary made due by
+        it came and went with the batches."""
+        if self.ctx.working is self.source:
+            return self.verdict(self.grouping.preamble_len, self.preamble)
+        ctx = replace(self.ctx, working=self.source, counts=self.source_counts)
+        return replace(self, ctx=ctx).verdict(self.grouping.preamble_len, self.preamble)
 
     def cut(self, floor: int, current: Verdict, head: list[dict[str, Any]], *, deeper: bool) -> int:
         """Where the verbatim part starts (never before ``floor``): what ``keep`` allows, moved
@@ -254,8 +265,11 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
         head_with = [*head, summary]
         with_prior = m.verdict(prior_cut, head_with)
         floor = prior_cut
-        if raw.fired or prior.active:  # past a trigger, or compacted already: it applies ...
-            if _smaller(m.ctx, grouping, head_with, prior_cut):  # ... when it saves something
+        # Past a trigger, or compacted already: it applies when it saves something. Both are
+        # measured on what the client sent, so once a summary is in use every later request
+        # of an append-only history applies it too (or a newer one).
+        if prior.active or raw.fired or m.unstubbed().fired:
+            if _smaller(m, head_with, prior_cut):
                 applied, head, current = prior, head_with, with_prior
                 head_with = None
         else:
@@ -266,7 +280,7 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
     start = prior_cut if prior is not None and prior_cut is not None else preamble
     # After a summary that was not smaller than its turns, the next one (about as long, since
     # it extends it) is asked for only once it can be: not on every turn.
-    worth = head_with is None or _smaller(m.ctx, grouping, head_with, cut)
+    worth = head_with is None or _smaller(m, head_with, cut)
     if current.near and cut > start and worth:
         previous = prior.text if prior is not None and prior_cut is not None else None
         summarized = unpinned(m.source, start, cut, grouping.pinned)  # pins are sent as they are
@@ -314,13 +328,16 @@ def _prior_cut(prior: PriorSummary | None, grouping: Grouping) -> int | None:
     return prior.covered if grouping.is_cut(prior.covered) else None
 
 
-def _smaller(ctx: PlanContext, grouping: Grouping, head: list[dict[str, Any]], cut: int) -> bool:
+def _smaller(m: _Measured, head: list[dict[str, Any]], cut: int) -> bool:
     """The summary (and the task and pinned messages sent again) cost fewer tokens than the
-    messages they replace: a summary of a few short turns can be longer than the turns."""
+    messages they replace: a summary of a few short turns can be longer than the turns. The
+    messages as the client sent them, not their stubs: the stubs of a covered part grow in
+    number from request to request, and a summary must not be dropped when they do."""
+    ctx, grouping = m.ctx, m.grouping
     preamble = grouping.preamble_len
     added = sum(ctx.counter.per_message(head[preamble:], ctx.model))
     added += sum(ctx.counts[i] for i in grouping.sent_again(cut))
-    return added < sum(ctx.counts[preamble:cut])
+    return added < sum(m.source_counts[preamble:cut])
 
 
 def _counts_whole_turns(policy: PolicySettings, window: int | None) -> bool:

@@ -124,12 +124,19 @@ ROUTES: dict[str, Callable[[ThreadedUvicorn], Replay]] = {
 
 
 def replay(
-    mock: MockUpstream, start_proxy: Callable[..., ThreadedUvicorn], route: str, policy: dict
-) -> tuple[list[dict[str, str]], list[bool], Providers]:
+    mock: MockUpstream,
+    start_proxy: Callable[..., ThreadedUvicorn],
+    route: str,
+    policy: dict,
+    *,
+    summary_padding: str = "",
+) -> tuple[list[dict[str, str]], list[bool], int]:
     """Each request of the session in order, the proxy settled after each (an agent whose tools
-    take longer than a summary); the answers' headers and, per request, whether the provider's
-    body held a summary."""
+    take longer than a summary); the answers' headers, per request whether the provider's body
+    held a summary, and the summaries made before the last request (the one made after it
+    would serve the next)."""
     providers = Providers(mock)
+    providers.chat.summary_padding = summary_padding
     url = mock.url
     server = start_proxy(
         summarizing(url, policy=policy, mode="ahead", upstream={"anthropic_base_url": url})
@@ -138,6 +145,7 @@ def replay(
     seen, with_summary = [], []
     for n, prefix in enumerate(requests(agent_history(40)), start=1):
         mark = len(mock.received)
+        made_before_last = providers.summaries
         seen.append(replayer.send(prefix))
         bodies = [
             r.json()
@@ -147,14 +155,23 @@ def replay(
         assert len(bodies) == 1
         with_summary.append(any(e.kind == "summary" for e in replayer.view(bodies[0])))
         settle(server.url, route=replayer.label, answered=n)
-    return seen, with_summary, providers
+    return seen, with_summary, made_before_last
 
 
-@pytest.mark.parametrize("route", ["chat", "responses", "anthropic"])
+# A summary as long as a real one (about 1.5k tokens): longer than the stubs of the turns it
+# covers once their results are cleared.
+LONG_SUMMARY = " Files read: proxy/core/planner.py, proxy/core/clearing.py." * 120
+
+
+@pytest.mark.parametrize(
+    ("route", "padding"),
+    [("chat", ""), ("responses", ""), ("anthropic", ""), ("chat", LONG_SUMMARY)],
+    ids=["chat", "responses", "anthropic", "chat-long-summary"],
+)
 def test_a_summary_in_use_is_applied_to_every_later_request(
-    mock, start_proxy, tiktoken_files, route: str
+    mock, start_proxy, tiktoken_files, route: str, padding: str
 ) -> None:
-    seen, with_summary, providers = replay(mock, start_proxy, route, RECIPE)
+    seen, with_summary, made = replay(mock, start_proxy, route, RECIPE, summary_padding=padding)
 
     first = with_summary.index(True)  # the session outgrows the trigger: a summary is used
     dropped = [n for n, held in enumerate(with_summary) if n > first and not held]
@@ -163,4 +180,4 @@ def test_a_summary_in_use_is_applied_to_every_later_request(
         assert seen[n]["x-compaction"] == "applied"
         assert seen[n]["x-compaction-checkpoint"], n
     # Each summary made is used: none paid for and thrown away.
-    assert providers.summaries <= len({h["x-compaction-checkpoint"] for h in seen[first:]})
+    assert made == len({h["x-compaction-checkpoint"] for h in seen[first:]})
