@@ -20,6 +20,7 @@ class CompactionDecided:
     outcome: str  # applied, skipped, pending, blocked, failed, off
     tokens_before: int | None = None
     tokens_after: int | None = None
+    applied: str = ""  # X-Compaction-Applied: summary, stubs, dropped joined by "+"; "" none
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,9 @@ Request headers (the client's): ``X-Compaction: off`` skips compaction for one r
 
 Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``skipped``,
 ``pending``, ``blocked``, ``failed``, ``off``), with the tokens before and after, the checkpoint
-applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder;
+applied and the policy; ``X-Compaction-Applied`` what the provider's prompt holds instead of the
+client's turns (``summary``, ``stubs``, ``dropped``, joined by ``+``: ``summary+stubs``), absent
+when it holds them as they came; ``X-Compaction-Retried`` when an overflow was retried compacted harder;
 ``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far;
 under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``
 (what the provider did).
@@ -30,6 +32,7 @@ LEDGER = "x-compaction-ledger"  # response: the conversation's dollars so far (l
 FOCUS = "x-compaction-focus"  # request: one line for the summary this request makes
 STRATEGY = "x-compaction-strategy"  # response: the strategy that ran (native, or its fallback)
 NATIVE = "x-compaction-native"  # response: what the provider's own compaction did
+APPLIED = "x-compaction-applied"  # response: summary, stubs, dropped, joined by "+"
 
 # As errors name them (the case the docs write).
 POLICY_PARAM = "X-Compaction-Policy"
@@ -48,6 +51,7 @@ _TOKENS_BEFORE = TOKENS_BEFORE.encode()
 _TOKENS_AFTER = TOKENS_AFTER.encode()
 _RETRIED = (RETRIED.encode(), b"context_length_exceeded")
 _LEDGER = LEDGER.encode()
+_APPLIED = APPLIED.encode()
 STRATEGY_BYTES = STRATEGY.encode()
 NATIVE_BYTES = NATIVE.encode()
 
@@ -78,11 +82,20 @@ def response_headers(
             (_TOKENS_AFTER, str(plan.tokens_after).encode()),
             (_CHECKPOINT, (plan.applied_checkpoint or "").encode()),
         ]
+        parts = applied_parts(plan)
+        if parts:
+            headers.append((_APPLIED, parts.encode()))
     if policy is not None:
         headers.append((_POLICY, policy.encode()))
     if retried:
         headers.append(_RETRIED)
     return headers
+
+
+def applied_parts(plan: Plan) -> str:
+    """``X-Compaction-Applied``'s value (and the metrics' ``applied`` label): what the plan
+    sends instead of the client's turns, ``""`` when nothing."""
+    return "+".join(plan.applied_parts)
 
 
 def ledger_header(
@@ -103,6 +116,7 @@ _SPAN_NAMES = {
     _CHECKPOINT: "compaction.checkpoint",
     _TOKENS_BEFORE: "compaction.tokens_before",
     _TOKENS_AFTER: "compaction.tokens_after",
+    _APPLIED: "compaction.applied",
     _RETRIED[0]: "compaction.retried",
 }
 

@@ -87,6 +87,24 @@ class Plan:
         return self.messages is not self.source
 
     @property
+    def applied_parts(self) -> tuple[str, ...]:
+        """What the sent list changed, in a fixed order: ``summary`` (one ``<agent_summary>``
+        stands for old turns), ``dropped`` (old turns left out with no summary standing for
+        them: neuralyze, trim, the hard budget), ``stubs`` (tool results sent as stubs). Empty
+        when nothing changed."""
+        if not self.changed:
+            return ()
+        parts = []
+        summarized = self.summary_text is not None
+        if summarized:
+            parts.append("summary")
+        if self.kept_from > (self.cut if summarized else self.grouping.preamble_len):
+            parts.append("dropped")
+        if any(i >= self.kept_from for i in self.cleared):  # stubs before it are not sent
+            parts.append("stubs")
+        return tuple(parts)
+
+    @property
     def blocked(self) -> bool:
         """A trigger fired but nothing is cut and no summary can be asked for."""
         return bool(self.fired) and not self.changed and self.summary_request is None

@@ -91,8 +91,10 @@ class Metrics:
         )
         self.compactions = Counter(
             "proxy_compactions",
-            "Chat completions by compaction outcome (applied, skipped, pending, blocked, failed, off).",
-            ["strategy", "outcome"],
+            "Chat completions by compaction outcome (applied, skipped, pending, blocked, failed, "
+            "off) and what the prompt holds instead of the client's turns (applied: summary, "
+            "stubs, dropped joined by +; none).",
+            ["strategy", "outcome", "applied"],
             registry=r,
         )
         self.tokens_before = WholeCounter(
@@ -235,7 +237,7 @@ class Metrics:
         listeners.subscribe(SummaryUnused, self._summary_unused)
 
     def _compaction(self, event: CompactionDecided) -> None:
-        self.child(self.compactions, event.strategy, event.outcome).inc()
+        self.child(self.compactions, event.strategy, event.outcome, event.applied or "none").inc()
         if event.tokens_before is not None and event.tokens_after is not None:
             self.tokens_before.inc(event.tokens_before)
             self.tokens_after.inc(event.tokens_after)

@@ -17,6 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from proxy.core.clearing import CLEARED_STUB
 from tests.support.agent_history import (
     TOOLS,
     agent_history,
@@ -48,6 +49,7 @@ RECIPE: dict[str, Any] = {
     "pin": ['role == "user"', 'contains("#keep")'],
 }
 CONVERSATION = "agent-session"
+STUB = CLEARED_STUB.split("{")[0]
 
 
 class Replay:
@@ -130,10 +132,10 @@ def replay(
     policy: dict,
     *,
     summary_padding: str = "",
-) -> tuple[list[dict[str, str]], list[bool], int]:
+) -> tuple[list[dict[str, str]], list[set[str]], int]:
     """Each request of the session in order, the proxy settled after each (an agent whose tools
-    take longer than a summary); the answers' headers, per request whether the provider's body
-    held a summary, and the summaries made before the last request (the one made after it
+    take longer than a summary); the answers' headers, per request what the provider's body held
+    instead of the client's turns (a summary, stubs), and the summaries made before the last request (the one made after it
     would serve the next)."""
     providers = Providers(mock)
     providers.chat.summary_padding = summary_padding
@@ -142,7 +144,8 @@ def replay(
         summarizing(url, policy=policy, mode="ahead", upstream={"anthropic_base_url": url})
     )
     replayer = ROUTES[route](server)
-    seen, with_summary = [], []
+    seen: list[dict[str, str]] = []
+    holds: list[set[str]] = []
     for n, prefix in enumerate(requests(agent_history(40)), start=1):
         mark = len(mock.received)
         made_before_last = providers.summaries
@@ -153,9 +156,13 @@ def replay(
             if r.path == replayer.path and r.json().get("model") != "mock-summarizer"
         ]
         assert len(bodies) == 1
-        with_summary.append(any(e.kind == "summary" for e in replayer.view(bodies[0])))
+        entries = replayer.view(bodies[0])
+        held = {"summary"} if any(e.kind == "summary" for e in entries) else set()
+        if any(e.kind == "result" and e.text.startswith(STUB) for e in entries):
+            held.add("stubs")
+        holds.append(held)
         settle(server.url, route=replayer.label, answered=n)
-    return seen, with_summary, made_before_last
+    return seen, holds, made_before_last
 
 
 # A summary as long as a real one (about 1.5k tokens): longer than the stubs of the turns it
@@ -171,7 +178,8 @@ LONG_SUMMARY = " Files read: proxy/core/planner.py, proxy/core/clearing.py." * 1
 def test_a_summary_in_use_is_applied_to_every_later_request(
     mock, start_proxy, tiktoken_files, route: str, padding: str
 ) -> None:
-    seen, with_summary, made = replay(mock, start_proxy, route, RECIPE, summary_padding=padding)
+    seen, holds, made = replay(mock, start_proxy, route, RECIPE, summary_padding=padding)
+    with_summary = ["summary" in held for held in holds]
 
     first = with_summary.index(True)  # the session outgrows the trigger: a summary is used
     dropped = [n for n, held in enumerate(with_summary) if n > first and not held]
@@ -181,3 +189,7 @@ def test_a_summary_in_use_is_applied_to_every_later_request(
         assert seen[n]["x-compaction-checkpoint"], n
     # Each summary made is used: none paid for and thrown away.
     assert made == len({h["x-compaction-checkpoint"] for h in seen[first:]})
+    # The answer says what the provider's prompt held, without reading bodies.
+    said = [set(filter(None, h.get("x-compaction-applied", "").split("+"))) for h in seen]
+    assert said == holds
+    assert {"summary", "stubs"} in holds  # the recipe's both, at once
