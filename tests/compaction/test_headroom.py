@@ -1,0 +1,48 @@
+"""Each compaction buys headroom (issue 28): an agent whose fixed prompt (system and tools) is
+large must not get a summary on every turn. Claude Code's is about 26k tokens; with a 45k trigger
+and ``keep.tokens`` 12k, the compacted prompt (37-39k) stayed above where the next summary starts
+(``soft_fraction`` 0.8 of the trigger, 36k), so the proxy asked for a summary nearly every turn.
+
+The kept part is sized so that the compacted prompt lands well below the next summary's start
+(never less than the newest tool round); when the configured numbers cannot give that, the log
+says so once, the answer carries a warning and /metrics counts it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.core.tokens import TokenCounter
+from tests.support.agent_history import agent_history, fixed_prompt
+from tests.support.agent_replay import replay
+
+FIXED_TOKENS = 26_000
+# Claude Code's numbers as a user sets them, with the coding-agent recipe's other settings.
+AGENT_POLICY: dict[str, Any] = {
+    "strategy": "summarize",
+    "trigger": {"input_tokens": 45_000, "context_fraction": 0},
+    "keep": {"tokens": 12_000},
+    "pin": ['role == "user"', 'contains("#keep")'],
+}
+# A summary as long as a real one (about 1.5k tokens).
+LONG_SUMMARY = " Files read: proxy/core/planner.py, proxy/core/clearing.py." * 120
+
+
+def test_a_large_fixed_prompt_gets_at_most_one_summary_per_four_requests(
+    mock, start_proxy, tiktoken_files
+) -> None:
+    system = fixed_prompt(FIXED_TOKENS, TokenCounter())
+    history = agent_history(60, system=system)
+    run = replay(mock, start_proxy, "chat", AGENT_POLICY, history, summary_padding=LONG_SUMMARY)
+
+    first = ["summary" in held for held in run.holds].index(True)
+    assert all("summary" in held for held in run.holds[first:])
+    later = len(run.seen) - first  # the requests from the first compacted one on
+    assert run.summaries * 4 <= later, f"{run.summaries} summaries in {later} requests"
+    # Each new summary lands the prompt well below where the next one starts (36k).
+    starts = 0.8 * AGENT_POLICY["trigger"]["input_tokens"]
+    checkpoints = [h["x-compaction-checkpoint"] for h in run.seen]
+    for n in range(first, len(run.seen)):
+        if checkpoints[n] != checkpoints[n - 1]:
+            assert int(run.seen[n]["x-compaction-tokens-after"]) < starts - 2000
+    assert not any("x-compaction-warning" in h for h in run.seen)  # these numbers can do it
