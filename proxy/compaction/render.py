@@ -23,6 +23,7 @@ def decided(conv: Conversation, current: Plan, outcome: str) -> CompactionDecide
         current.tokens_before,
         current.tokens_after,
         protocol.applied_parts(current),
+        current.headroom_short is not None,
     )
 
 

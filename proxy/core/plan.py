@@ -79,6 +79,9 @@ class Plan:
     # The user message sent again right after the summary: the verbatim part starts inside its
     # interaction (a cut between tool rounds), so the task itself is never summarized away.
     task: int | None = None
+    # A compaction that cannot leave room to grow (proxy.core.headroom): the tokens no cut can
+    # shrink (preamble, tools, summary) and where the next summary starts.
+    headroom_short: tuple[int, int] | None = None
     _context: PlanContext | None = field(default=None, repr=False, compare=False)
 
     @property

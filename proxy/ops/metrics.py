@@ -97,6 +97,13 @@ class Metrics:
             ["strategy", "outcome", "applied"],
             registry=r,
         )
+        self.headroom_short = Counter(
+            "proxy_compaction_headroom_short",
+            "Compactions that cannot leave room to grow before the next summary starts: the "
+            "fixed prompt (system, tools, summary) fills it (X-Compaction-Warning: headroom).",
+            ["strategy"],
+            registry=r,
+        )
         self.tokens_before = WholeCounter(
             "proxy_prompt_tokens_before", "Prompt tokens the client sent.", registry=r
         )
@@ -238,6 +245,8 @@ class Metrics:
 
     def _compaction(self, event: CompactionDecided) -> None:
         self.child(self.compactions, event.strategy, event.outcome, event.applied or "none").inc()
+        if event.headroom_short:
+            self.child(self.headroom_short, event.strategy).inc()
         if event.tokens_before is not None and event.tokens_after is not None:
             self.tokens_before.inc(event.tokens_before)
             self.tokens_after.inc(event.tokens_after)

@@ -10,7 +10,10 @@ says so once, the answer carries a warning and /metrics counts it.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import httpx
 
 from proxy.core.tokens import TokenCounter
 from tests.support.agent_history import agent_history, fixed_prompt
@@ -46,3 +49,27 @@ def test_a_large_fixed_prompt_gets_at_most_one_summary_per_four_requests(
         if checkpoints[n] != checkpoints[n - 1]:
             assert int(run.seen[n]["x-compaction-tokens-after"]) < starts - 2000
     assert not any("x-compaction-warning" in h for h in run.seen)  # these numbers can do it
+
+
+def test_numbers_that_cannot_leave_room_say_so_in_the_answer_the_log_and_the_metrics(
+    mock, start_proxy, tiktoken_files, caplog
+) -> None:
+    """A 34k-token fixed prompt under a 45k trigger: the next summary starts at 36k, so no cut
+    can leave room to grow. The newest round is still kept, the answer warns, the log says it
+    once, /metrics counts it."""
+    system = fixed_prompt(34_000, TokenCounter())
+    history = agent_history(12, system=system)
+    with caplog.at_level(logging.WARNING, logger="proxy.compaction"):
+        run = replay(mock, start_proxy, "chat", AGENT_POLICY, history)
+
+    warned = [h for h in run.seen if "x-compaction-warning" in h]
+    assert warned and run.summaries >= 1
+    value = warned[0]["x-compaction-warning"]
+    assert value.startswith("headroom; fixed_tokens=") and "next_summary_at=36000" in value
+    told = [r for r in caplog.records if "no room to grow" in r.getMessage()]
+    assert len(told) == 1 and "'default'" in told[0].getMessage()
+    metrics = httpx.get(f"{run.url}/metrics").text
+    counted = 'proxy_compaction_headroom_short_total{strategy="summarize"} '
+    assert f"{counted}{float(len(warned))}" in metrics
+    # The newest round is always kept verbatim, whatever the numbers.
+    assert all(h["x-compaction"] in ("applied", "skipped") for h in run.seen)

@@ -104,6 +104,7 @@ class Replayed:
     seen: list[dict[str, str]]
     holds: list[set[str]]
     summaries: int
+    url: str = ""  # the proxy's
 
 
 def replay(
@@ -126,7 +127,7 @@ def replay(
         summarizing(url, policy=policy, mode=mode, upstream={"anthropic_base_url": url}, **sections)
     )
     replayer = ROUTES[route](server)
-    out = Replayed([], [], 0)
+    out = Replayed([], [], 0, server.url)
     for n, prefix in enumerate(requests(history), start=1):
         mark = len(mock.received)
         out.summaries = providers.summaries
