@@ -13,8 +13,9 @@ here, after ``keep`` (``proxy.core.keep``) chose it:
   prompt keeps ``DEEPER_SHARE`` of the near threshold (tuned on bench_agent_run).
 
 Never past the newest tool round and the task message (``plan.cut_deeper``). When even those
-leave less room than they take, the configured numbers cannot buy headroom: ``Headroom.short``
-says so (the answer's warning, the log, the metrics: ``proxy.compaction``).
+leave less room than they take, or the fixed part leaves less than ``MIN_ROOM_SHARE`` of the
+threshold, the configured numbers cannot buy headroom: ``Headroom.short`` says so (the
+answer's warning, the log, the metrics: ``proxy.compaction``).
 """
 
 from __future__ import annotations
@@ -36,12 +37,15 @@ DEEPER_SHARE = 0.3
 # of it) that a token ``keep`` may fill verbatim; the other half is the growth before the next
 # summary starts.
 KEPT_SHARE = 0.5
+# Below this share of the near threshold left by the fixed part, the numbers cannot buy headroom
+# whatever the newest round weighs: the trigger sits on top of the agent's fixed prompt.
+MIN_ROOM_SHARE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
 class Headroom:
     cut: int  # where the verbatim part starts
-    short: bool = False  # the newest round alone fills the room: the numbers cannot do better
+    short: bool = False  # the fixed part (or the newest round) fills the room: cannot do better
     fixed_tokens: int = 0  # preamble, tools and summary: what no cut can shrink
     starts_at: int = 0  # where the next summary starts (the near threshold), 0: no token trigger
 
@@ -83,7 +87,8 @@ def with_headroom(
         deeper = cut_deeper(grouping, ctx.counts, cut, int(near * DEEPER_SHARE) - fixed)
         return Headroom(deeper, fixed_tokens=fixed + summary_tokens, starts_at=near)
     fixed += summary_tokens
-    budget = int((near - fixed) * KEPT_SHARE)
+    room = near - fixed
+    budget = int(room * KEPT_SHARE)
     deeper = cut_deeper(grouping, ctx.counts, cut, budget)
-    short = kept_tokens(grouping, ctx.counts, deeper) > budget
+    short = room < near * MIN_ROOM_SHARE or kept_tokens(grouping, ctx.counts, deeper) > budget
     return Headroom(deeper, short=short, fixed_tokens=fixed, starts_at=near)
