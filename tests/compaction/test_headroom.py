@@ -11,23 +11,16 @@ says so once, the answer carries a warning and /metrics counts it.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import httpx
 import pytest
 
 from proxy.core.tokens import TokenCounter
+from tests.support.agent_history import LARGE_PROMPT_AGENT as AGENT_POLICY
 from tests.support.agent_history import agent_history, fixed_prompt
 from tests.support.agent_replay import replay
 
 FIXED_TOKENS = 26_000
-# Claude Code's numbers as a user sets them, with the coding-agent recipe's other settings.
-AGENT_POLICY: dict[str, Any] = {
-    "strategy": "summarize",
-    "trigger": {"input_tokens": 45_000, "context_fraction": 0},
-    "keep": {"tokens": 12_000},
-    "pin": ['role == "user"', 'contains("#keep")'],
-}
 # A summary as long as a real one (about 1.5k tokens).
 LONG_SUMMARY = " Files read: proxy/core/planner.py, proxy/core/clearing.py." * 120
 

@@ -12,26 +12,12 @@ provider received.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from tests.support.agent_history import CODING_AGENT as RECIPE
 from tests.support.agent_history import agent_history
 from tests.support.agent_replay import replay
 
-# The coding-agent recipe's policy, its token numbers scaled to a 50k-token session.
-RECIPE: dict[str, Any] = {
-    "strategy": "summarize",
-    "trigger": {"input_tokens": 12000, "context_fraction": 0},
-    "keep": {"tokens": 4000},
-    "clear_tool_results": {
-        "older_than_interactions": 2,
-        "older_than_rounds": 5,
-        "min_tokens": 300,
-        "clear_at_least": 8000,
-    },
-    "pin": ['role == "user"', 'contains("#keep")'],
-}
 # A summary as long as a real one (about 1.5k tokens): longer than the stubs of the turns it
 # covers once their results are cleared.
 LONG_SUMMARY = " Files read: proxy/core/planner.py, proxy/core/clearing.py." * 120

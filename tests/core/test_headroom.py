@@ -11,21 +11,16 @@ from proxy.core.keep import kept_tokens
 from proxy.core.planner import Plan, PriorSummary, plan
 from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
-from tests.support.agent_history import TOOLS, agent_history, fixed_prompt, requests
+from tests.support.agent_history import (
+    CODING_AGENT,
+    LARGE_PROMPT_AGENT,
+    TOOLS,
+    agent_history,
+    fixed_prompt,
+    requests,
+)
 
 SUMMARY = "SUMMARY: the agent read the planner and the clearing code. " * 20
-RECIPE: dict[str, Any] = {  # config/examples/coding-agent.yaml at a 12k trigger
-    "strategy": "summarize",
-    "trigger": {"input_tokens": 12000, "context_fraction": 0},
-    "keep": {"tokens": 4000},
-    "clear_tool_results": {
-        "older_than_interactions": 2,
-        "older_than_rounds": 5,
-        "min_tokens": 300,
-        "clear_at_least": 8000,
-    },
-    "pin": ['role == "user"'],
-}
 
 
 def session(
@@ -53,8 +48,20 @@ def session(
     return plans
 
 
+def large_prompt_session(
+    fixed: int, rounds: int, counter: TokenCounter
+) -> tuple[list[Plan], list[Plan]]:
+    """The plans of a session whose system prompt is ``fixed`` tokens under Claude Code's
+    numbers, and those that asked for a summary (at least one)."""
+    history = agent_history(rounds, system=fixed_prompt(fixed, counter))
+    plans = session(history, PolicySettings.model_validate(LARGE_PROMPT_AGENT), counter)
+    asked = [p for p in plans if p.summary_request is not None]
+    assert asked
+    return plans, asked
+
+
 def test_a_summary_in_use_stays_in_use_while_results_are_stubbed(counter: TokenCounter) -> None:
-    plans = session(agent_history(40), PolicySettings.model_validate(RECIPE), counter)
+    plans = session(agent_history(40), PolicySettings.model_validate(CODING_AGENT), counter)
     used = [p.summary_text is not None for p in plans]
     first = used.index(True)
     assert all(used[first:]), [n for n, u in enumerate(used) if n > first and not u]
@@ -66,17 +73,7 @@ def test_a_summary_in_use_stays_in_use_while_results_are_stubbed(counter: TokenC
 def test_each_summary_leaves_room_to_grow_under_a_large_fixed_prompt(
     counter: TokenCounter,
 ) -> None:
-    history = agent_history(40, system=fixed_prompt(26_000, counter))
-    policy = PolicySettings.model_validate(
-        {
-            **RECIPE,
-            "trigger": {"input_tokens": 45_000, "context_fraction": 0},
-            "keep": {"tokens": 12_000},
-        }
-    )
-    plans = session(history, policy, counter)
-    asked = [p for p in plans if p.summary_request is not None]
-    assert asked
+    plans, asked = large_prompt_session(26_000, 40, counter)
     for p in asked:
         assert p.headroom_short is None
         ctx = p._context
@@ -91,17 +88,7 @@ def test_each_summary_leaves_room_to_grow_under_a_large_fixed_prompt(
 def test_a_fixed_prompt_near_the_trigger_keeps_the_newest_round_and_says_so(
     counter: TokenCounter,
 ) -> None:
-    history = agent_history(12, system=fixed_prompt(34_000, counter))
-    policy = PolicySettings.model_validate(
-        {
-            **RECIPE,
-            "trigger": {"input_tokens": 45_000, "context_fraction": 0},
-            "keep": {"tokens": 12_000},
-        }
-    )
-    plans = session(history, policy, counter)
-    asked = [p for p in plans if p.summary_request is not None]
-    assert asked
+    _, asked = large_prompt_session(34_000, 12, counter)
     for p in asked:
         assert p.summary_request.covered == p.grouping.last_cut()  # the newest round stays
         fixed, starts = p.headroom_short or (0, 0)

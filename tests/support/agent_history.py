@@ -44,6 +44,27 @@ TOOLS: list[dict[str, Any]] = [
         ("bash", "command", "Run a shell command in the repository."),
     )
 ]
+# The coding-agent recipe's policy (config/examples/coding-agent.yaml), its token numbers scaled
+# to a 50k-token session: summarized past 12k tokens, 4k kept, old results stubbed in batches.
+CODING_AGENT: dict[str, Any] = {
+    "strategy": "summarize",
+    "trigger": {"input_tokens": 12000, "context_fraction": 0},
+    "keep": {"tokens": 4000},
+    "clear_tool_results": {
+        "older_than_interactions": 2,
+        "older_than_rounds": 5,
+        "min_tokens": 300,
+        "clear_at_least": 8000,
+    },
+    "pin": ['role == "user"', 'contains("#keep")'],
+}
+# Claude Code's numbers as its users set them (a 45k trigger, 12k kept), no stubs.
+LARGE_PROMPT_AGENT: dict[str, Any] = {
+    "strategy": "summarize",
+    "trigger": {"input_tokens": 45_000, "context_fraction": 0},
+    "keep": {"tokens": 12_000},
+    "pin": ['role == "user"', 'contains("#keep")'],
+}
 # Results are cut as agents cut them (Claude Code reads 2000 lines; opencode and Codex cap the
 # bytes of a command's output): here a fixed number of characters, so a round is 1-3k tokens.
 MAX_RESULT_CHARS = 9000
