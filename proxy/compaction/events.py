@@ -20,6 +20,8 @@ class CompactionDecided:
     outcome: str  # applied, skipped, pending, blocked, failed, off
     tokens_before: int | None = None
     tokens_after: int | None = None
+    applied: str = ""  # X-Compaction-Applied: summary, stubs, dropped joined by "+"; "" none
+    headroom_short: bool = False  # a compaction the policy's numbers leave no room to grow
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,12 @@ Request headers (the client's): ``X-Compaction: off`` skips compaction for one r
 Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``skipped``,
 ``pending``, ``blocked``, ``failed``, ``off``; ``answered`` when the proxy answered an agent's own
 compaction itself, docs/agent-compaction.md), with the tokens before and after, the checkpoint
-applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder;
+applied and the policy; ``X-Compaction-Applied`` what the provider's prompt holds instead of the
+client's turns (``summary``, ``stubs``, ``dropped``, joined by ``+``: ``summary+stubs``), absent
+when it holds them as they came; ``X-Compaction-Warning`` when the policy's numbers cannot do
+what the request needed (``headroom``: the fixed prompt leaves a compaction no room to grow
+before the next summary starts; proxy.core.headroom); ``X-Compaction-Retried`` when an overflow
+was retried compacted harder;
 ``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far;
 under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``
 (what the provider did).
@@ -31,6 +36,8 @@ LEDGER = "x-compaction-ledger"  # response: the conversation's dollars so far (l
 FOCUS = "x-compaction-focus"  # request: one line for the summary this request makes
 STRATEGY = "x-compaction-strategy"  # response: the strategy that ran (native, or its fallback)
 NATIVE = "x-compaction-native"  # response: what the provider's own compaction did
+APPLIED = "x-compaction-applied"  # response: summary, stubs, dropped, joined by "+"
+WARNING = "x-compaction-warning"  # response: the policy's numbers fall short (headroom)
 
 ANSWERED = "answered"  # response: an agent's own compaction, answered by the proxy itself
 
@@ -51,6 +58,8 @@ _TOKENS_BEFORE = TOKENS_BEFORE.encode()
 _TOKENS_AFTER = TOKENS_AFTER.encode()
 _RETRIED = (RETRIED.encode(), b"context_length_exceeded")
 _LEDGER = LEDGER.encode()
+_APPLIED = APPLIED.encode()
+_WARNING = WARNING.encode()
 STRATEGY_BYTES = STRATEGY.encode()
 NATIVE_BYTES = NATIVE.encode()
 
@@ -81,6 +90,11 @@ def response_headers(
             (_TOKENS_AFTER, str(plan.tokens_after).encode()),
             (_CHECKPOINT, (plan.applied_checkpoint or "").encode()),
         ]
+        parts = applied_parts(plan)
+        if parts:
+            headers.append((_APPLIED, parts.encode()))
+        if plan.headroom_short is not None:
+            headers.append((_WARNING, headroom_warning(*plan.headroom_short).encode()))
     if policy is not None:
         headers.append((_POLICY, policy.encode()))
     if retried:
@@ -97,6 +111,17 @@ def answered_headers(tokens_before: int, checkpoint: str | None, policy: str) ->
         (_CHECKPOINT, (checkpoint or "").encode()),
         (_POLICY, policy.encode()),
     ]
+
+
+def applied_parts(plan: Plan) -> str:
+    """``X-Compaction-Applied``'s value (and the metrics' ``applied`` label): what the plan
+    sends instead of the client's turns, ``""`` when nothing."""
+    return "+".join(plan.applied_parts)
+
+
+def headroom_warning(fixed_tokens: int, next_summary_at: int) -> str:
+    """``X-Compaction-Warning``'s value for a compaction that cannot leave room to grow."""
+    return f"headroom; fixed_tokens={fixed_tokens}; next_summary_at={next_summary_at}"
 
 
 def ledger_header(
@@ -117,6 +142,8 @@ _SPAN_NAMES = {
     _CHECKPOINT: "compaction.checkpoint",
     _TOKENS_BEFORE: "compaction.tokens_before",
     _TOKENS_AFTER: "compaction.tokens_after",
+    _APPLIED: "compaction.applied",
+    _WARNING: "compaction.warning",
     _RETRIED[0]: "compaction.retried",
 }
 

@@ -18,7 +18,12 @@ OFF = CompactionDecided("off", "off")
 
 def decided(conv: Conversation, current: Plan, outcome: str) -> CompactionDecided:
     return CompactionDecided(
-        conv.policy.strategy, outcome, current.tokens_before, current.tokens_after
+        conv.policy.strategy,
+        outcome,
+        current.tokens_before,
+        current.tokens_after,
+        protocol.applied_parts(current),
+        current.headroom_short is not None,
     )
 
 

@@ -93,6 +93,7 @@ class Rewriter:
         # strategy: native (issue 21): the provider's own context management.
         self._natives = NativeCalls(models=models, listeners=listeners, spending=spending)
         self._recall = recall
+        self._short_told: set[str] = set()  # policies whose numbers the log said fall short
 
     def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
         """The response headers of a request the headers alone send through untouched, or None.
@@ -220,6 +221,8 @@ class Rewriter:
         if native is not None:
             return self._native_decision(native, conv, current, messages, pending)
         outcome = outcome or outcome_of(current, pending=pending is not None)
+        if current.headroom_short is not None:
+            self._tell_short(policy_name, *current.headroom_short)
         current = await self._review.before_send(conv, current)
         self._listeners.emit(decided(conv, current, outcome))
         if self._paces is not None and policy.strategy == "summarize":
@@ -331,6 +334,21 @@ class Rewriter:
             return checkpoint, plan_with(conv, checkpoint, counter=self._counter)
         pinned_plan = plan_with(conv, replace(checkpoint, strategy="pinned"), counter=self._counter)
         return checkpoint, replace(pinned_plan, summary_request=None)
+
+    def _tell_short(self, policy: str, fixed_tokens: int, next_summary_at: int) -> None:
+        """Once per policy: its trigger leaves no room above the prompt's fixed part."""
+        if policy in self._short_told:
+            return
+        self._short_told.add(policy)
+        logger.warning(
+            "policy %r: the fixed prompt (system, tools and summary: %d tokens) leaves a "
+            "compaction no room to grow before the next summary starts at %d tokens, so "
+            "summaries come every few turns; raise the trigger or soft_fraction "
+            "(X-Compaction-Warning: headroom)",
+            policy,
+            fixed_tokens,
+            next_summary_at,
+        )
 
     def _untouched(self, raw: bytes, policy: str) -> Decision:
         return Decision(body=raw, response_headers=self._off(policy))

@@ -79,12 +79,33 @@ class Plan:
     # The user message sent again right after the summary: the verbatim part starts inside its
     # interaction (a cut between tool rounds), so the task itself is never summarized away.
     task: int | None = None
+    # A compaction that cannot leave room to grow (proxy.core.headroom): the tokens no cut can
+    # shrink (preamble, tools, summary) and where the next summary starts.
+    headroom_short: tuple[int, int] | None = None
     _context: PlanContext | None = field(default=None, repr=False, compare=False)
 
     @property
     def changed(self) -> bool:
         """The sent list is not the (cleaned) incoming one."""
         return self.messages is not self.source
+
+    @property
+    def applied_parts(self) -> tuple[str, ...]:
+        """What the sent list changed, in a fixed order: ``summary`` (one ``<agent_summary>``
+        stands for old turns), ``dropped`` (old turns left out with no summary standing for
+        them: neuralyze, trim, the hard budget), ``stubs`` (tool results sent as stubs). Empty
+        when nothing changed."""
+        if not self.changed:
+            return ()
+        parts = []
+        summarized = self.summary_text is not None
+        if summarized:
+            parts.append("summary")
+        if self.kept_from > (self.cut if summarized else self.grouping.preamble_len):
+            parts.append("dropped")
+        if any(i >= self.kept_from for i in self.cleared):  # stubs before it are not sent
+            parts.append("stubs")
+        return tuple(parts)
 
     @property
     def blocked(self) -> bool:

@@ -20,10 +20,10 @@ Stages, in order (docs/policies.md "The building blocks"; docs/architecture.md "
      whose rendered summary is not smaller than what it replaces is not applied (short turns).
    - cuts fall at interaction starts or tool-round boundaries (``interactions.Grouping``); one
      inside an interaction sends that interaction's user message again right after the summary.
-     When ``keep`` counts whole interactions and what it keeps would still be near a token
-     trigger (one long agent run), the cut moves deeper, round by round, down to
-     ``DEEPER_SHARE`` of that near threshold, always keeping the task message and the newest
-     round.
+     When what ``keep`` keeps, with the preamble, the tools and the summary, would leave no
+     room to grow under the next summary's start (a large fixed prompt, one long agent run),
+     the cut moves deeper, round by round (``proxy.core.headroom``), always keeping the task
+     message and the newest round.
    - ``neuralyze``: when a trigger fires, old interactions are dropped (optional notice).
    - ``trim``: always keeps only the newest interactions the ``keep`` setting allows (a
      short-term window, like max_tokens); triggers are reported but not needed.
@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.core.clearing import clear_tool_results
+from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, group, strip_agent_summaries
 from proxy.core.keep import first_kept, kept_tokens
 from proxy.core.pins import pinned, unpinned
@@ -60,11 +61,6 @@ from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.core.triggers import Verdict, evaluate, measure
 
 FORCED = "forced"
-PAYS = "pays"  # the price trigger (proxy.compaction.paying), fired through ``fire``
-# Share of the near threshold that a deeper cut keeps verbatim: the rest is room for the summary
-# and for the run to grow several rounds before the next summary is due (with an 8k window and
-# ~1k-token tool outputs, 0.5 asked for a summary every 2-3 rounds, 0.3 every 4-5: bench_agent_run).
-DEEPER_SHARE = 0.3
 # A rescue keeps the verbatim part within this share of its budget, the rest for the summary.
 RESCUE_VERBATIM_SHARE = 0.75
 
@@ -139,7 +135,7 @@ def plan(
     )
     window = model_info.context_window if model_info else None
     decision = _STRATEGIES[policy.strategy](
-        _Measured(ctx, source, grouping, window, force, fire), prior
+        _Measured(ctx, source, source_counts, grouping, window, force, fire), prior
     )
     sent, kept_from, task, tokens_after = assemble(ctx, grouping, decision.head, decision.render_at)
     applied = decision.applied
@@ -154,6 +150,7 @@ def plan(
         summary_request=decision.summary_request,
         summary_text=applied.text if applied else None,
         task=task,
+        headroom_short=_short(decision.short),
         _context=ctx,
         **base,
     )
@@ -165,6 +162,7 @@ class _Measured:
 
     ctx: PlanContext
     source: list[dict[str, Any]]  # before tool results were cleared: what a summary reads
+    source_counts: list[int]  # its tokens per message
     grouping: Grouping
     window: int | None  # the model's context window, when known
     force: bool  # an overflow retry: compact as hard as the rules allow
@@ -197,10 +195,23 @@ class _Measured:
             result = Verdict((*result.fired, *self.fire), (*result.near, *self.fire))
         return result
 
-    def cut(self, floor: int, current: Verdict, head: list[dict[str, Any]], *, deeper: bool) -> int:
+    def unstubbed(self) -> Verdict:
+        """The triggers measured on the history as the client sent it, no tool result stubbed.
+        In an append-only history it only grows, so what it makes due stays due; the prompt
+        with stubs shrinks each time a batch of results is cleared, and a summary made due by
+        it came and went with the batches."""
+        if self.ctx.working is self.source:
+            return self.verdict(self.grouping.preamble_len, self.preamble)
+        ctx = replace(self.ctx, working=self.source, counts=self.source_counts)
+        return replace(self, ctx=ctx).verdict(self.grouping.preamble_len, self.preamble)
+
+    def cut(
+        self, floor: int, current: Verdict, head: list[dict[str, Any]], *, deeper: bool
+    ) -> Headroom:
         """Where the verbatim part starts (never before ``floor``): what ``keep`` allows, moved
-        deeper for one long agent run when ``deeper``; on a forced retry, the last interaction
-        (or, with a budget, its newest rounds that leave room for the summary)."""
+        deeper when ``deeper`` so that the compaction leaves room to grow (``proxy.core.headroom``);
+        on a forced retry, the last interaction (or, with a budget, its newest rounds that leave
+        room for the summary)."""
         ctx, grouping = self.ctx, self.grouping
         preamble = grouping.preamble_len
         if self.force:
@@ -211,17 +222,25 @@ class _Measured:
                 cut = cut_deeper(grouping, ctx.counts, max(cut, floor), room)
             elif cut <= floor:  # one long interaction: everything but its task and newest round
                 cut = grouping.last_cut()
-        else:
-            cut = first_kept(
-                grouping, ctx.counts, ctx.policy.keep, context_window=self.window, floor=floor
-            )
-            if deeper and _counts_whole_turns(ctx.policy, self.window):
-                # The next summary will be about as long as the one applied now, if any.
-                summary_tokens = sum(ctx.counter.per_message(head[preamble:], ctx.model))
-                cut = _deeper_for_triggers(
-                    ctx, grouping, cut, current, self.window, summary_tokens=summary_tokens
-                )
-        return max(cut, floor)
+            return Headroom(max(cut, floor))
+        cut = first_kept(
+            grouping, ctx.counts, ctx.policy.keep, context_window=self.window, floor=floor
+        )
+        if not deeper:
+            return Headroom(max(cut, floor))
+        # The next summary will be about as long as the one applied now, if any.
+        summary_tokens = sum(ctx.counter.per_message(head[preamble:], ctx.model))
+        whole_turns = _counts_whole_turns(ctx.policy, self.window)
+        room = with_headroom(
+            ctx,
+            grouping,
+            max(cut, floor),
+            current,
+            self.window,
+            summary_tokens=summary_tokens,
+            whole_turns=whole_turns,
+        )
+        return replace(room, cut=max(room.cut, floor))
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +252,7 @@ class _Decision:
     current: Verdict  # the triggers as measured on what is sent
     applied: PriorSummary | None = None
     summary_request: SummaryRequest | None = None
+    short: Headroom | None = None  # a compaction that cannot leave room to grow
 
 
 def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
@@ -256,25 +276,30 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
         head_with = [*head, summary]
         with_prior = m.verdict(prior_cut, head_with)
         floor = prior_cut
-        if raw.fired or prior.active:  # past a trigger, or compacted already: it applies ...
-            if _smaller(m.ctx, grouping, head_with, prior_cut):  # ... when it saves something
+        # Past a trigger, or compacted already: it applies when it saves something. Both are
+        # measured on what the client sent, so once a summary is in use every later request
+        # of an append-only history applies it too (or a newer one).
+        if prior.active or raw.fired or m.unstubbed().fired:
+            if _smaller(m, head_with, prior_cut):
                 applied, head, current = prior, head_with, with_prior
                 head_with = None
         else:
             head_with = None
             current = with_prior  # waiting for its trigger: it already covers what it covers
-    cut = m.cut(floor, current, head, deeper=True)
+    room = m.cut(floor, current, head, deeper=True)
+    cut = room.cut
     summary_request = None
     start = prior_cut if prior is not None and prior_cut is not None else preamble
     # After a summary that was not smaller than its turns, the next one (about as long, since
     # it extends it) is asked for only once it can be: not on every turn.
-    worth = head_with is None or _smaller(m.ctx, grouping, head_with, cut)
+    worth = head_with is None or _smaller(m, head_with, cut)
     if current.near and cut > start and worth:
         previous = prior.text if prior is not None and prior_cut is not None else None
         summarized = unpinned(m.source, start, cut, grouping.pinned)  # pins are sent as they are
         summary_request = SummaryRequest(summarized, previous, start, cut)
     render_at = prior_cut if applied is not None and prior_cut is not None else preamble
-    return _Decision(head, render_at, current, applied, summary_request)
+    short = room if room.short and summary_request is not None else None
+    return _Decision(head, render_at, current, applied, summary_request, short)
 
 
 def _neuralyze(m: _Measured, prior: PriorSummary | None) -> _Decision:
@@ -284,11 +309,11 @@ def _neuralyze(m: _Measured, prior: PriorSummary | None) -> _Decision:
     current = m.verdict(preamble, head)
     if not current.fired:
         return _Decision(head, preamble, current)
-    cut = m.cut(preamble, current, head, deeper=True)
+    room = m.cut(preamble, current, head, deeper=True)
     notice = m.ctx.policy.neuralyze_notice
-    if notice and cut > preamble:
+    if notice and room.cut > preamble:
         head = [*head, {"role": "system", "content": notice}]
-    return _Decision(head, cut, current)
+    return _Decision(head, room.cut, current, short=room if room.short else None)
 
 
 def _trim(m: _Measured, prior: PriorSummary | None) -> _Decision:
@@ -296,7 +321,7 @@ def _trim(m: _Measured, prior: PriorSummary | None) -> _Decision:
     preamble = m.grouping.preamble_len
     head = m.preamble
     current = m.verdict(preamble, head)
-    return _Decision(head, m.cut(preamble, current, head, deeper=False), current)
+    return _Decision(head, m.cut(preamble, current, head, deeper=False).cut, current)
 
 
 # ``off`` is not here: it never measures, cuts or renders anything (see ``plan``).
@@ -305,6 +330,10 @@ _STRATEGIES: dict[str, Callable[[_Measured, PriorSummary | None], _Decision]] = 
     "neuralyze": _neuralyze,
     "trim": _trim,
 }
+
+
+def _short(room: Headroom | None) -> tuple[int, int] | None:
+    return (room.fixed_tokens, room.starts_at) if room is not None else None
 
 
 def _prior_cut(prior: PriorSummary | None, grouping: Grouping) -> int | None:
@@ -316,47 +345,19 @@ def _prior_cut(prior: PriorSummary | None, grouping: Grouping) -> int | None:
     return prior.covered if grouping.is_cut(prior.covered) else None
 
 
-def _smaller(ctx: PlanContext, grouping: Grouping, head: list[dict[str, Any]], cut: int) -> bool:
+def _smaller(m: _Measured, head: list[dict[str, Any]], cut: int) -> bool:
     """The summary (and the task and pinned messages sent again) cost fewer tokens than the
-    messages they replace: a summary of a few short turns can be longer than the turns."""
+    messages they replace: a summary of a few short turns can be longer than the turns. The
+    messages as the client sent them, not their stubs: the stubs of a covered part grow in
+    number from request to request, and a summary must not be dropped when they do."""
+    ctx, grouping = m.ctx, m.grouping
     preamble = grouping.preamble_len
     added = sum(ctx.counter.per_message(head[preamble:], ctx.model))
     added += sum(ctx.counts[i] for i in grouping.sent_again(cut))
-    return added < sum(ctx.counts[preamble:cut])
+    return added < sum(m.source_counts[preamble:cut])
 
 
 def _counts_whole_turns(policy: PolicySettings, window: int | None) -> bool:
     """The keep setting counts interactions or messages, not tokens (so it knows no budget)."""
     keep = policy.keep
     return bool(keep.interactions or keep.messages or (keep.fraction and not window))
-
-
-def _deeper_for_triggers(
-    ctx: PlanContext,
-    grouping: Grouping,
-    cut: int,
-    current: Verdict,
-    window: int | None,
-    *,
-    summary_tokens: int,
-) -> int:
-    """When what ``keep`` leaves verbatim, with a summary before it, would itself be near a
-    token trigger (one long agent run), the cut moves round by round until it keeps
-    ``DEEPER_SHARE`` of that near threshold (for the price trigger: of ``pays_from_tokens``); otherwise every turn would ask for a summary that
-    saves nothing, or none would be asked for until the prompt outgrew the window."""
-    trigger, soft = ctx.policy.trigger, ctx.policy.soft_fraction
-    nears = []
-    if "input_tokens" in current.near:
-        nears.append(trigger.input_tokens * soft)
-    if "context_fraction" in current.near and window:
-        nears.append(trigger.context_fraction * window * soft)
-    if PAYS in current.near and trigger.pays_from_tokens:  # the price trigger's own floor
-        nears.append(trigger.pays_from_tokens)
-    if not nears:
-        return cut
-    near = min(nears)
-    preamble_tokens = sum(ctx.counts[: grouping.preamble_len]) + ctx.fixed_tokens
-    kept = preamble_tokens + summary_tokens + kept_tokens(grouping, ctx.counts, cut)
-    if kept <= near:
-        return cut
-    return cut_deeper(grouping, ctx.counts, cut, int(near * DEEPER_SHARE) - preamble_tokens)

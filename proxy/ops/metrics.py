@@ -91,9 +91,17 @@ class Metrics:
         )
         self.compactions = Counter(
             "proxy_compactions",
-            "Chat completions by compaction outcome (applied, skipped, pending, blocked, failed, off, "
-            "answered).",
-            ["strategy", "outcome"],
+            "Chat completions by compaction outcome (applied, skipped, pending, blocked, failed, "
+            "off, answered) and what the prompt holds instead of the client's turns (applied: summary, "
+            "stubs, dropped joined by +; none).",
+            ["strategy", "outcome", "applied"],
+            registry=r,
+        )
+        self.headroom_short = Counter(
+            "proxy_compaction_headroom_short",
+            "Compactions that cannot leave room to grow before the next summary starts: the "
+            "fixed prompt (system, tools, summary) fills it (X-Compaction-Warning: headroom).",
+            ["strategy"],
             registry=r,
         )
         self.tokens_before = WholeCounter(
@@ -236,7 +244,9 @@ class Metrics:
         listeners.subscribe(SummaryUnused, self._summary_unused)
 
     def _compaction(self, event: CompactionDecided) -> None:
-        self.child(self.compactions, event.strategy, event.outcome).inc()
+        self.child(self.compactions, event.strategy, event.outcome, event.applied or "none").inc()
+        if event.headroom_short:
+            self.child(self.headroom_short, event.strategy).inc()
         if event.tokens_before is not None and event.tokens_after is not None:
             self.tokens_before.inc(event.tokens_before)
             self.tokens_after.inc(event.tokens_after)

@@ -211,4 +211,6 @@ def test_a_trigger_with_nothing_to_cut_says_blocked_and_is_counted(mock, start_p
     )
     assert raw.headers["x-compaction"] == "blocked"
     metrics = httpx.get(f"{server.url}/metrics").text
-    assert 'proxy_compactions_total{outcome="blocked",strategy="summarize"} 1.0' in metrics
+    blocked = 'proxy_compactions_total{applied="none",outcome="blocked",strategy="summarize"} 1.0'
+    assert blocked in metrics
+    assert "x-compaction-applied" not in raw.headers

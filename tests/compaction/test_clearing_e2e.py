@@ -59,6 +59,9 @@ def test_a_request_with_nothing_to_clear_is_skipped_and_forwarded_byte_for_byte(
         assert body == client_bytes
     # Once the tool turn is older than two interactions its results are stubbed: applied.
     assert outcomes[-2:] == ["applied", "applied"]
+    # What was applied, said without reading bodies: stubs, and only where applied.
+    expected = ["stubs" if o == "applied" else None for o in outcomes]
+    assert [h.get("x-compaction-applied") for h in seen] == expected
     for headers in seen[-2:]:
         assert int(headers["x-compaction-tokens-after"]) < int(
             headers["x-compaction-tokens-before"]
@@ -69,5 +72,6 @@ def test_a_request_with_nothing_to_clear_is_skipped_and_forwarded_byte_for_byte(
     # What is counted is what the headers said.
     metrics = httpx.get(f"{server.url}/metrics").text
     assert compactions(metrics, "applied") == outcomes.count("applied")
+    assert 'applied="stubs",outcome="applied"' in metrics
     assert compactions(metrics, "skipped") == outcomes.count("skipped")
     assert provider.summaries == 0

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.core.headroom import DEEPER_SHARE
 from proxy.core.interactions import group
-from proxy.core.planner import DEEPER_SHARE, Plan, PriorSummary, plan
+from proxy.core.planner import Plan, PriorSummary, plan
 from proxy.core.policy import (
     ClearToolResultsSettings,
     KeepSettings,

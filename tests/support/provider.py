@@ -55,6 +55,7 @@ class Provider(ChatScript):
         self.summaries = 0
         self.fail_summaries = False
         self.summary_delay = 0.0
+        self.summary_padding = ""  # appended to each summary: one as long as a real one
         self.max_messages: int | None = None  # more is a context_length_exceeded answer
         self.empty_stream_on_overflow = False  # llama-cpp-python's answer to a long stream
         self.window_tokens: int | None = None  # a model with this context window
@@ -111,7 +112,8 @@ class Provider(ChatScript):
         with self._lock:
             self.summaries += 1
             n = self.summaries
-        reply = json_reply(completion(f"SUMMARY-{n}: the agent edited files as the user asked."))
+        text = f"SUMMARY-{n}: the agent edited files as the user asked.{self.summary_padding}"
+        reply = json_reply(completion(text))
         reply.delay = self.summary_delay
         return reply
 
