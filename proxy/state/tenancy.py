@@ -247,10 +247,10 @@ def resolve_conversation_id(
 
     A header that is present but invalid raises InvalidRequest.
     """
-    lowered = {k.lower(): v for k, v in headers.items()}
-    value = lowered.get(settings.header.lower())
-    if value is not None:
-        return validate_conversation_id(value.strip(), header=settings.header)
+    named = settings.named_by({k.lower(): v for k, v in headers.items()})
+    if named is not None:
+        header, value = named
+        return validate_conversation_id(value.strip(), header=header)
     if settings.missing == "auto":
         return tenancy.auto_conversation_id(tenant, messages)
     return None

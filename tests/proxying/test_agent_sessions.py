@@ -9,7 +9,7 @@ import pytest
 from proxy.state.settings import ConversationSettings
 from tests.support.clients import admin_view, openai_client
 from tests.support.config import EVERY_THREE_INTERACTIONS, config, summarizing
-from tests.support.provider import SYSTEM, Provider, take_turn
+from tests.support.provider import SUMMARIZER_MODEL, SYSTEM, Provider, take_turn
 
 # The header each agent's current release sends on every model request, as captured from it
 # (Claude Code 2.1.197, Codex CLI 0.171.0, opencode 1.18.33).
@@ -50,7 +50,8 @@ def test_each_agent_session_is_its_own_conversation(
     # The second session's two turns never reach the trigger: nothing of the first is applied.
     assert "applied" not in second and checkpoints(server, f"{agent}-session-2") == 0
     # The agent's own header still reaches the provider: it is the agent's, not the proxy's.
-    assert all(r.headers.get(header.lower()) for r in mock.chat_requests())
+    agent_requests = [r for r in mock.chat_requests() if r.json()["model"] != SUMMARIZER_MODEL]
+    assert all(r.headers.get(header.lower()) for r in agent_requests)
 
 
 def test_codex_thread_id_wins_over_its_session_id(mock, provider: Provider, start_proxy) -> None:
