@@ -102,3 +102,22 @@ def test_head_of_the_root_answers_200_with_no_body(mock, start_proxy) -> None:
     response = httpx.head(f"{server.url}/")
     assert response.status_code == 200 and response.content == b""
     assert mock.received == []
+
+
+def test_an_agent_header_the_proxy_cannot_use_is_passed_over(
+    mock, provider: Provider, start_proxy
+) -> None:
+    """An id of the proxy's own header that is not usable is the client's mistake (a 400); an
+    agent's session header is not addressed to the proxy, so one it cannot use is passed over:
+    the request is served uncompacted, or named by the next header."""
+    server = start_proxy(summarizing(mock.url, policy=EVERY_THREE_INTERACTIONS))
+    assert set(converse(server, {"X-Claude-Code-Session-Id": "has spaces"}, turns=2)) == {"off"}
+    converse(server, {"thread-id": "not usable!", "session-id": "codex-session"})
+    assert checkpoints(server, "codex-session") >= 1
+    refused = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        headers={"X-Conversation-Id": "has spaces", "authorization": "Bearer sk-caller-one"},
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "invalid_conversation_id"
