@@ -110,12 +110,23 @@ def _proxy(args: argparse.Namespace) -> Iterator[str]:
 
 
 def _run_agent(argv: list[str], env: dict[str, str]) -> int:
-    """Run the agent in the foreground; while it runs, Ctrl-C is the agent's to handle."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Run the agent in the foreground; while it runs, Ctrl-C is the agent's to handle. Told to
+    stop (SIGTERM, or SIGHUP: the terminal closed), wrap stops the agent and then the proxy,
+    which sits in a session of its own and would otherwise outlive both."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # subprocess.call kills the agent on the way out
+
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, stop),
+        signal.SIGHUP: signal.signal(signal.SIGHUP, stop),
+    }
     try:
         return subprocess.call(argv, env=env)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _free_port() -> int:

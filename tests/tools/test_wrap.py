@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from tests.support.mock_upstream import MockUpstream
 # proxy/tools/agent_launch.py), then sends a growing conversation of six requests on the
 # agent's route with the agent's session header, writes down its arguments, and exits 3.
 FAKE_AGENT = r"""
-import json, os, re, sys, urllib.request
+import json, os, re, sys, time, urllib.request
 
 name = os.path.basename(sys.argv[0])
 args = sys.argv[1:]
@@ -35,6 +37,10 @@ else:
     base, route, header = config["provider"]["openai"]["options"]["baseURL"], "/chat/completions", "x-session-id"
 with open(os.environ["FAKE_AGENT_LOG"], "w") as log:
     json.dump(args, log)
+if os.environ.get("FAKE_AGENT_HANG"):  # a session the user ends from outside
+    with open(os.environ["FAKE_AGENT_HANG"], "w") as out:
+        json.dump({"pid": os.getpid(), "base": base}, out)
+    time.sleep(60)
 history = []
 for turn in range(6):
     history.append({"role": "user", "content": f"step {turn}: " + "read the file again " * 40})
@@ -154,3 +160,32 @@ def test_wrap_says_so_when_the_agent_is_not_installed(agents_on_path: dict[str, 
     result = wrap("claude", "--agent-command", "no-such-agent-here", env=agents_on_path)
     assert result.returncode == 2
     assert "no-such-agent-here not found on PATH" in result.stderr
+
+
+def test_wrap_told_to_stop_stops_the_agent_and_the_proxy(
+    agents_on_path: dict[str, str], tmp_path: Path
+) -> None:
+    started = tmp_path / "agent.json"
+    env = {**agents_on_path, "FAKE_AGENT_HANG": str(started)}
+    wrapper = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "wrap", "claude"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() or not started.read_text():
+            assert time.monotonic() < deadline and wrapper.poll() is None
+            time.sleep(0.05)
+        agent = json.loads(started.read_text())
+        wrapper.send_signal(signal.SIGTERM)
+        assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+    with pytest.raises(ProcessLookupError):
+        os.kill(agent["pid"], 0)
+    port = int(agent["base"].rsplit(":", 1)[1].split("/")[0])
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass
