@@ -3,13 +3,18 @@ a conversation of its own, with no header the user had to add. Through a real pr
 
 from __future__ import annotations
 
+import anthropic
 import httpx
 import pytest
 
 from proxy.state.settings import ConversationSettings
-from tests.support.clients import admin_view, openai_client
-from tests.support.config import EVERY_THREE_INTERACTIONS, config, summarizing
+from tests.support.anthropic_provider import AnthropicProvider
+from tests.support.claude_code import KEY as CLAUDE_KEY
+from tests.support.claude_code import run_session
+from tests.support.clients import KEY, admin_view, openai_client
+from tests.support.config import AGENT_RUN, EVERY_THREE_INTERACTIONS, config, summarizing
 from tests.support.provider import SUMMARIZER_MODEL, SYSTEM, Provider, take_turn
+from tests.support.sdk_clients import closed_after_test
 
 # The header each agent's current release sends on every model request, as captured from it
 # (Claude Code 2.1.197, Codex CLI 0.171.0, opencode 1.18.33).
@@ -31,9 +36,9 @@ def converse(server, headers: dict[str, str], turns: int = 4) -> list[str]:
     return outcomes
 
 
-def checkpoints(server, conversation: str) -> int:
+def checkpoints(server, conversation: str, *, key: str = KEY) -> int:
     """How many checkpoints the store holds for ``conversation`` (the admin API's view)."""
-    return len(admin_view(server, conversation).get("checkpoints", []))
+    return len(admin_view(server, conversation, key=key).get("checkpoints", []))
 
 
 @pytest.mark.parametrize("agent", sorted(AGENT_HEADERS))
@@ -121,3 +126,28 @@ def test_an_agent_header_the_proxy_cannot_use_is_passed_over(
     )
     assert refused.status_code == 400
     assert refused.json()["error"]["code"] == "invalid_conversation_id"
+
+
+def test_claude_code_sessions_on_the_messages_route(
+    mock, second_mock, start_proxy, tiktoken_files
+) -> None:
+    """As Claude Code sends them: the anthropic SDK on /v1/messages, a session header and no
+    other. Two sessions, two conversations; the caller's key reads them through the admin API."""
+    AnthropicProvider(second_mock)
+    Provider(mock)  # writes the summaries
+    policy = {**AGENT_RUN, "trigger": {"input_tokens": 1200, "context_fraction": 0}}
+    server = start_proxy(
+        summarizing(mock.url, policy=policy, upstream={"anthropic_base_url": second_mock.url})
+    )
+    for session, steps in (("cc-session-a", 6), ("cc-session-b", 1)):
+        sdk = closed_after_test(
+            anthropic.Anthropic(
+                base_url=server.url,
+                api_key=CLAUDE_KEY,
+                max_retries=0,
+                default_headers={"X-Claude-Code-Session-Id": session},
+            )
+        )
+        run_session(sdk, steps)
+    assert checkpoints(server, "cc-session-a", key=CLAUDE_KEY) >= 1
+    assert checkpoints(server, "cc-session-b", key=CLAUDE_KEY) == 0

@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
+from proxy.config.settings import parse_settings
+from proxy.tools.agent_launch import default_config
 from tests.support.config import config_yaml
 from tests.support.mock_upstream import MockUpstream
 
@@ -189,3 +192,12 @@ def test_wrap_told_to_stop_stops_the_agent_and_the_proxy(
     port = int(agent["base"].rsplit(":", 1)[1].split("/")[0])
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
+
+
+@pytest.mark.parametrize("agent", sorted(ROUTES))
+def test_the_started_proxys_own_config_is_valid_and_keeps_the_agents_provider(agent: str) -> None:
+    """Without --config, wrap writes one: the agent's own provider, the rest at the defaults."""
+    settings = parse_settings(yaml.safe_dump(default_config(agent)), environ={})
+    expected = "https://api.anthropic.com/v1" if agent == "claude" else "https://api.openai.com/v1"
+    assert str(settings.upstream.base_url).rstrip("/") == expected
+    assert str(settings.upstream.anthropic_base_url).rstrip("/") == "https://api.anthropic.com"
