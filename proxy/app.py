@@ -135,9 +135,7 @@ def create_app(
             answer_compact=answers_compact(str(settings.upstream.base_url)),
         ),
     )
-    recorder = Recorder.from_settings(
-        settings.record, conversation_header=settings.conversation.header
-    )
+    recorder = Recorder.from_settings(settings.record, conversation=settings.conversation)
     if recorder is not None:
         recorder.subscribe(listeners)
     resources = Resources(
@@ -187,6 +185,10 @@ def create_app(
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    async def reachable(request: Request) -> Response:
+        # Claude Code probes HEAD on its base URL at start-up; a 404 there reads as "down".
+        return Response(status_code=200)
+
     async def readyz(request: Request) -> Response:
         # A store outage is reported but does not make the proxy unready: requests are still
         # served (without compaction), and an outage must not empty the load balancer.
@@ -234,9 +236,11 @@ def create_app(
         )
 
     openai, anthropic = targets(
-        settings.upstream, own_headers=frozenset({settings.conversation.header.lower().encode()})
+        settings.upstream,
+        own_headers=frozenset({settings.conversation.own_header.lower().encode()}),
     )
     routes = [
+        Route("/", reachable, methods=["HEAD"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),

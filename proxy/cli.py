@@ -1,6 +1,6 @@
 """Command line: ``serve`` runs the proxy, ``check-config`` validates a file, ``simulate`` shows
 what a policy would do to a conversation file, ``eval`` measures what a policy's compaction
-loses."""
+loses, ``wrap`` runs a coding agent through it."""
 
 # This module composes the commands: each lives in its own module (``proxy.tools``) with an
 # ``add_arguments`` and a ``command``, except ``serve``, which builds the app (``proxy.app``) and
@@ -19,7 +19,7 @@ from typing import Any
 
 from proxy.config.settings import CONFIG_PATH_ENV
 from proxy.errors import ConfigError
-from proxy.tools import check_config, simulate
+from proxy.tools import check_config, simulate, wrap
 from proxy.tools.check_config import load_checked
 from proxy.tools.evaluation import command as evaluation
 
@@ -124,11 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluation.add_arguments(measure)
     measure.set_defaults(func=evaluation.command)
+
+    wrapped = commands.add_parser(
+        "wrap", help="run a coding agent (claude, codex, opencode) through the proxy"
+    )
+    wrap.add_arguments(wrapped)
+    wrapped.set_defaults(func=wrap.command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    agent_args: list[str] = []
+    if argv[:1] == ["wrap"]:
+        argv, agent_args = wrap.split_agent_args(argv)
     args = build_parser().parse_args(argv)
+    if agent_args:
+        args.agent_args = agent_args
     try:
         return args.func(args)
     except ConfigError as exc:  # a bad configuration is the user's to fix: no traceback

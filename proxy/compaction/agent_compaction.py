@@ -253,7 +253,7 @@ class AgentCompaction:
         if protocol.switched_off(headers):
             return False
         conversation = self._settings.conversation
-        if conversation.header not in headers and conversation.missing == "passthrough":
+        if conversation.missing == "passthrough" and conversation.named_by(headers) is None:
             return False
         named = protocol.asked_policy(headers)
         policies = self._settings.policies

@@ -101,7 +101,7 @@ class Rewriter:
         if protocol.switched_off(headers):
             return self._off()
         conversation = self._settings.conversation
-        if conversation.header not in headers and conversation.missing == "passthrough":
+        if conversation.missing == "passthrough" and conversation.named_by(headers) is None:
             return self._off()  # not ours to look into: byte-identical
         named = protocol.asked_policy(headers)
         policies = self._settings.policies

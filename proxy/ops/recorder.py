@@ -20,19 +20,22 @@ from proxy.config.settings import RecordSettings
 from proxy.errors import ProxyError
 from proxy.events import Listeners
 from proxy.proxying.events import RequestRead
+from proxy.state.settings import ConversationSettings
 
 logger = logging.getLogger("proxy.recorder")
 
 
 class Recorder:
-    def __init__(self, path: str, *, conversation_header: str) -> None:
+    def __init__(self, path: str, *, conversation: ConversationSettings) -> None:
         self.path = path
-        self._header = conversation_header
+        self._conversation = conversation
 
     @classmethod
-    def from_settings(cls, record: RecordSettings, *, conversation_header: str) -> Recorder | None:
+    def from_settings(
+        cls, record: RecordSettings, *, conversation: ConversationSettings
+    ) -> Recorder | None:
         path = record.path
-        return cls(path, conversation_header=conversation_header) if path else None
+        return cls(path, conversation=conversation) if path else None
 
     def subscribe(self, listeners: Listeners) -> None:
         listeners.subscribe(RequestRead, self.write)
@@ -43,9 +46,9 @@ class Recorder:
             body = request.body
         except ProxyError:
             return  # not a chat request anyone could replay; the request path answers it
-        conversation = request.headers.get(self._header)
-        if conversation is not None:
-            body = {**body, "conversation": conversation}
+        named = self._conversation.named_by(request.headers)
+        if named is not None:
+            body = {**body, "conversation": named[1]}
         line = wirejson.encode(body) + b"\n"
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -4,9 +4,10 @@ tenancy are given only their own section."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from proxy.config.sections import Section as _Section
 
@@ -76,8 +77,29 @@ class StoreSettings(_Section):
         return self
 
 
+# The headers that name a conversation, in the order they are read. X-Conversation-Id is the
+# proxy's own; the others are the per-session headers coding agents already send on every model
+# request (captured from Claude Code 2.1.197, Codex CLI 0.171.0, opencode 1.18.33), so an agent
+# pointed at the proxy gets one conversation per session with nothing else to set. Codex sends
+# ``session-id`` and ``thread-id``: a sub-agent's thread has its own history, so the thread wins.
+# opencode sends ``x-session-id`` (and ``session-id``, the same value, on its OpenAI provider).
+DEFAULT_CONVERSATION_HEADERS = (
+    "X-Conversation-Id",
+    "X-Claude-Code-Session-Id",
+    "thread-id",
+    "session-id",
+    "x-session-id",
+)
+
+
 class ConversationSettings(_Section):
-    header: str = Field("X-Conversation-Id", description="Request header naming the conversation.")
+    header: tuple[str, ...] = Field(
+        DEFAULT_CONVERSATION_HEADERS,
+        min_length=1,
+        description="Request headers naming the conversation, a name or a list: the first one "
+        "present is read. The first is the proxy's own and is not forwarded; the rest (coding "
+        "agents' session headers) reach the provider as sent.",
+    )
     missing: Literal["passthrough", "auto"] = Field(
         "passthrough",
         description="Without the header: pass through uncompacted, or derive an id from the "
@@ -88,3 +110,23 @@ class ConversationSettings(_Section):
         description="Header identifying the caller for tenant binding; null: the Authorization "
         "bearer.",
     )
+
+    @field_validator("header", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        # A single name was the only form before the list: files that say so keep working.
+        return (value,) if isinstance(value, str) else value
+
+    @property
+    def own_header(self) -> str:
+        """The proxy's own header (the first): the one taken off what is forwarded."""
+        return self.header[0]
+
+    def named_by(self, headers: Mapping[str, str]) -> tuple[str, str] | None:
+        """The first configured header present in ``headers`` (lower-cased names, as a
+        ``HeaderView`` or the request's mapping holds them) and its value; None if none is."""
+        for name in self.header:
+            value = headers.get(name.lower())
+            if value is not None:
+                return name, value
+        return None

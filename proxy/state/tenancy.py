@@ -48,9 +48,13 @@ _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]+$")
 _PREAMBLE_ROLES = ("system", "developer")
 
 
+def usable_conversation_id(value: str) -> bool:
+    return 0 < len(value) <= MAX_CONVERSATION_ID and _CONVERSATION_ID.match(value) is not None
+
+
 def validate_conversation_id(value: str, *, header: str = "X-Conversation-Id") -> str:
     """Return the id if it is usable, else raise InvalidRequest (a 400; nothing is stored)."""
-    if not 0 < len(value) <= MAX_CONVERSATION_ID or not _CONVERSATION_ID.match(value):
+    if not usable_conversation_id(value):
         raise InvalidRequest(
             f"{header} must be 1 to {MAX_CONVERSATION_ID} characters of letters, digits "
             "and . _ : @ / + = -",
@@ -245,12 +249,19 @@ def resolve_conversation_id(
 ) -> str | None:
     """The request's conversation id, or None to pass it through uncompacted.
 
-    A header that is present but invalid raises InvalidRequest.
+    The proxy's own header (the first configured) present but invalid raises InvalidRequest: the
+    client meant it for the proxy. A coding agent's session header (the others) was not, so one
+    the proxy cannot use as an id is passed over, never a reason to refuse the agent's request.
     """
     lowered = {k.lower(): v for k, v in headers.items()}
-    value = lowered.get(settings.header.lower())
-    if value is not None:
-        return validate_conversation_id(value.strip(), header=settings.header)
+    for header in settings.header:
+        value = lowered.get(header.lower())
+        if value is None:
+            continue
+        if header == settings.own_header:
+            return validate_conversation_id(value.strip(), header=header)
+        if usable_conversation_id(value.strip()):
+            return value.strip()
     if settings.missing == "auto":
         return tenancy.auto_conversation_id(tenant, messages)
     return None

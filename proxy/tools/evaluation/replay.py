@@ -193,7 +193,7 @@ async def replay(
     recorder = RecordingUpstream(_model_call(settings, authorization))
     app = create_app(settings, upstream=recorder)
     conversation = _UNSAFE_ID.sub("-", f"eval-{transcript.name}-{policy or 'routed'}")[:128]
-    headers = {settings.conversation.header: conversation}
+    headers = {settings.conversation.own_header: conversation}
     if policy is not None:
         headers[POLICY_HEADER] = policy
     if authorization:
