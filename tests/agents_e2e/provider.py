@@ -23,13 +23,13 @@ from tests.support.mock_upstream import MockUpstream, Received, Reply, completio
 
 SUMMARIZER_MODEL = "e2e-summarizer"
 SEQUENCE = "x-e2e-seq"  # the harness numbers each agent request; the proxy forwards it
-SUMMARY_TAG = "agent_summary"  # without brackets: a JSON encoder may escape "<"
 SUMMARY = (
     "The user asked to fix the failing unit tests of a small project. The assistant listed the "
     "project, read README.md and the modules under pkg/, grepped for definitions and imports, "
     "and ran the tests: test_add fails because calc.add subtracts. Next: edit calc.py and rerun "
     "the tests."
 )
+SUMMARY_MARK = SUMMARY[:60]
 
 
 @dataclass
@@ -122,7 +122,9 @@ class StrictProvider:
         body = request.json()
         seq = request.headers.get(SEQUENCE)
         seen = Seen(route=path.rsplit("/v1", 1)[-1], seq=int(seq) if seq else None, status=200)
-        seen.summary = SUMMARY_TAG in request.body.decode(errors="replace")
+        # The summary's own words, not the tag: the agents read this repository's files, and
+        # a tool result that quotes "agent_summary" is not a summary the proxy sent.
+        seen.summary = SUMMARY_MARK in request.body.decode(errors="replace")
         with self._lock:
             self.seen.append(seen)
             n = next(self._numbers)
