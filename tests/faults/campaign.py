@@ -15,12 +15,15 @@ Three ``compaction-proxy serve`` replicas share one private redis-server and a m
 5. max rate, then a soak at half of it for ``SOAK_SECONDS`` (default 600), reporting the
    replicas' RSS growth from /proc/PID/status;
 6. issue 17's cases on every dialect, against a replica and two providers of their own
-   (tests/faults/issue17.py).
+   (tests/faults/issue17.py);
+7. recall's and the tenants' cases (a 20 MB original within the budget, deep and odd shapes
+   from clients and models, recalled text quoted, one tenant's bad beta, a stubborn provider),
+   run as their pytest files, which print their figures.
 
 It prints a table of every figure and exits 1 when a check fails. Everything it starts is stopped
 by pid at the end. Knobs (environment): SOAK_SECONDS, CAMPAIGN_TURNS (16), SLOW_CONNECTIONS (200),
 MAXRATE_SECONDS (20), CAMPAIGN_PHASES (a comma-separated subset of replicas, kill, hostile,
-slowloris, soak, issue17), and issue17's own (ISSUE17_CASES, HUGE_MB, EXPECT_FLOOD,
+slowloris, soak, issue17, recall), and issue17's own (ISSUE17_CASES, HUGE_MB, EXPECT_FLOOD,
 EXPECT_BODY_MIB). docs/faults.md has the figures of the last run.
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -544,7 +548,7 @@ async def soak_phase(rig: Rig, report: Report, seconds: float, rate_seconds: flo
     report.add("max-rate warm-up: replica RSS before->after", warmup, None)
 
 
-PHASES = ("replicas", "kill", "hostile", "slowloris", "soak", "issue17")
+PHASES = ("replicas", "kill", "hostile", "slowloris", "soak", "issue17", "recall")
 
 
 async def campaign(rig: Rig, report: Report, phases: set[str]) -> None:
@@ -568,6 +572,28 @@ async def campaign(rig: Rig, report: Report, phases: set[str]) -> None:
     if "issue17" in phases:
         print("== issue 17 cases", flush=True)
         await issue17_phase(rig.workdir, rig.redis.url, report)
+    if "recall" in phases:
+        print("== recall and tenant cases", flush=True)
+        await asyncio.to_thread(fast_cases_phase, report)
+
+
+# Recall's and the tenants' fault cases start their own serve processes, providers and Redis:
+# they run as their pytest files (which also run in `make test`), each case a row here.
+FAST_CASES = ("tests/faults/test_recall_faults.py", "tests/faults/test_tenant_faults.py")
+
+
+def fast_cases_phase(report: Report) -> None:
+    for path in FAST_CASES:
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", path],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        print(run.stdout[-4000:], flush=True)  # the cases print their figures (before -> after)
+        summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-200:]
+        report.add(f"{Path(path).stem}: pytest", summary, run.returncode == 0)
 
 
 def main() -> int:
