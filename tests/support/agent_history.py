@@ -11,7 +11,9 @@ the same history.
 
 from __future__ import annotations
 
+import functools
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,35 +72,61 @@ LARGE_PROMPT_AGENT: dict[str, Any] = {
 MAX_RESULT_CHARS = 9000
 
 
-def _files() -> list[Path]:
-    """The repository's Python files, in a fixed order."""
-    found = sorted((ROOT / "proxy").rglob("*.py")) + sorted((ROOT / "tests" / "core").glob("*.py"))
-    return [p for p in found if p.stat().st_size > 2000]
+# The session reads this repository as it was at one commit (where these tests were
+# written), so its figures do not move each time the code changes; a copy without git history
+# reads the working tree instead.
+REVISION = "d578452"
 
 
-def _grep(pattern: str, files: list[Path]) -> str:
+@functools.cache
+def _files() -> tuple[tuple[str, str], ...]:
+    """The repository's larger Python files (path, text), in a fixed order."""
+    try:
+        return _files_at(REVISION)
+    except (OSError, subprocess.CalledProcessError):
+        found = sorted((ROOT / "proxy").rglob("*.py")) + sorted((ROOT / "tests/core").glob("*.py"))
+        texts = ((str(p.relative_to(ROOT)), p.read_text()) for p in found)
+        return tuple((rel, text) for rel, text in texts if len(text.encode()) > 2000)
+
+
+def _files_at(revision: str) -> tuple[tuple[str, str], ...]:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
+        ).stdout
+
+    names = git("ls-tree", "-r", "--name-only", revision, "proxy", "tests/core").split()
+    # Sorted as the working tree's listing was: proxy's files by path, then tests/core's.
+    chosen = sorted((n for n in names if n.startswith("proxy/") and n.endswith(".py")), key=Path)
+    chosen += sorted(
+        n for n in names if n.startswith("tests/core/") and n.count("/") == 2 and n.endswith(".py")
+    )
+    texts = ((name, git("show", f"{revision}:{name}")) for name in chosen)
+    return tuple((name, text) for name, text in texts if len(text.encode()) > 2000)
+
+
+def _grep(pattern: str, files: tuple[tuple[str, str], ...]) -> str:
     lines = []
-    for path in files:
-        for n, line in enumerate(path.read_text().splitlines(), start=1):
+    for rel, text in files:
+        for n, line in enumerate(text.splitlines(), start=1):
             if pattern in line:
-                lines.append(f"{path.relative_to(ROOT)}:{n}:{line}")
+                lines.append(f"{rel}:{n}:{line}")
     return "\n".join(lines) or "(no match)"
 
 
-def _round(n: int, files: list[Path]) -> tuple[str, dict[str, str], str]:
+def _round(n: int, files: tuple[tuple[str, str], ...]) -> tuple[str, dict[str, str], str]:
     """Round ``n``'s tool: its name, arguments and result (mostly file reads, as in a real run)."""
     kind = n % 5
-    path = files[(n * 7) % len(files)]
-    rel = str(path.relative_to(ROOT))
+    rel, text = files[(n * 7) % len(files)]
+    stem = Path(rel).stem
     if kind == 3:
         words = ("def ", "return ", "import ", "class ", "raise ")
-        pattern = words[n % len(words)] + path.stem
-        return "grep", {"pattern": pattern}, _grep(path.stem, files)
+        pattern = words[n % len(words)] + stem
+        return "grep", {"pattern": pattern}, _grep(stem, files)
     if kind == 4:
         command = f"wc -l {rel} && head -c 4000 {rel}"
-        text = path.read_text()
         return "bash", {"command": command}, f"{len(text.splitlines())} {rel}\n{text[:4000]}"
-    return "read_file", {"path": rel}, path.read_text()
+    return "read_file", {"path": rel}, text
 
 
 def agent_history(rounds: int = 40, *, system: str = SYSTEM_TEXT) -> list[dict[str, Any]]:
