@@ -101,7 +101,7 @@ class PriceTrigger:
         own = self._settings.summarizer.for_policy(policy, request_model=conv.model)
         summary_in = summary_out = 0
         compacted = candidate.tokens_after
-        if not candidate.changed:  # no ready summary applies: one must be made first
+        if not _ready(candidate, current):  # no ready summary applies: one must be made first
             wanted = candidate.summary_request
             if wanted is None:
                 return None
@@ -130,6 +130,14 @@ class PriceTrigger:
             summarizer_price = price
         verdict = decide(outlook, price, summarizer_price=summarizer_price)
         return PriceCheck(verdict, candidate)
+
+
+def _ready(candidate: Plan, current: Plan) -> bool:
+    """The candidate applies a summary that exists and that this request does not send yet
+    (one made ahead of time). After a compaction both apply the conversation's checkpoint: the
+    candidate then differs only by the next summary it asks for, which is to be made, so the
+    decision is weighed again with the applied checkpoint as the base as the prompt grows."""
+    return candidate.changed and candidate.applied_checkpoint != current.applied_checkpoint
 
 
 def _placeholder(tokens: int) -> str:
