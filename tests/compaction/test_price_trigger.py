@@ -144,3 +144,21 @@ def test_the_price_is_weighed_again_after_each_compaction(tiktoken_files: object
     history = 1 + 2 * 40  # the system message and 40 interactions
     assert sizes[-1][1] <= history // 3, sizes  # compacted again as it grew back
     assert max(count for _, count in sizes[first:]) < history // 2, sizes
+
+
+def test_an_answer_says_when_its_model_is_unpriced(tiktoken_files: object) -> None:
+    """``pays`` has nothing to decide with for a model without a price (a local model, a
+    gateway's alias): the answer says so, and a priced model's answer does not."""
+    clock = Clock()
+    made = compactor(CONFIG.format(pays="true"), clock)
+    view = HeaderView.of([(b"x-conversation-id", b"c1")])
+
+    async def headers(model: str) -> dict[bytes, bytes]:
+        raw = turns(2, model=model)
+        decision = await made.decide(Incoming(view, Body(raw), CHAT, {}, False))
+        return dict(decision.response_headers)
+
+    unpriced = asyncio.run(headers("some-unpriced-model"))
+    priced = asyncio.run(headers("priced-model"))
+    assert unpriced[b"x-compaction-warning"] == b"unpriced-model"
+    assert b"x-compaction-warning" not in priced
