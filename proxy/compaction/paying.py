@@ -68,6 +68,17 @@ class PriceTrigger:
         self._prices = prices
         self._counter = counter
 
+    def cannot_price(self, conv: Conversation) -> bool:
+        """``pays`` is on but the model has no price: only the token thresholds decide, which
+        the answer says (a local model or a gateway's alias waits for the window otherwise
+        without a word)."""
+        policy = conv.policy
+        return (
+            policy.strategy == "summarize"
+            and policy.trigger.pays
+            and not self._prices.price(conv.model).priced
+        )
+
     def looks_at(self, conv: Conversation, current: Plan) -> bool:
         """Whether ``check`` may fire for this request (before the pace is read)."""
         policy = conv.policy

@@ -11,7 +11,8 @@ Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``ski
 applied and the policy; ``X-Compaction-Retried`` when an overflow was retried compacted harder;
 ``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far;
 under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``
-(what the provider did).
+(what the provider did); ``X-Compaction-Warning: unpriced-model`` when ``trigger.pays`` is on
+and the model has no price (the price trigger cannot decide: the token thresholds alone do).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ LEDGER = "x-compaction-ledger"  # response: the conversation's dollars so far (l
 FOCUS = "x-compaction-focus"  # request: one line for the summary this request makes
 STRATEGY = "x-compaction-strategy"  # response: the strategy that ran (native, or its fallback)
 NATIVE = "x-compaction-native"  # response: what the provider's own compaction did
+# response: what the proxy could not do as configured ("unpriced-model": trigger.pays is on but
+# the model has no price, so only the token thresholds decide)
+WARNING = "x-compaction-warning"
 
 # As errors name them (the case the docs write).
 POLICY_PARAM = "X-Compaction-Policy"
@@ -50,6 +54,7 @@ _RETRIED = (RETRIED.encode(), b"context_length_exceeded")
 _LEDGER = LEDGER.encode()
 STRATEGY_BYTES = STRATEGY.encode()
 NATIVE_BYTES = NATIVE.encode()
+UNPRICED_WARNING = (WARNING.encode(), b"unpriced-model")
 
 
 def switched_off(headers: HeaderView) -> bool:
@@ -104,6 +109,7 @@ _SPAN_NAMES = {
     _TOKENS_BEFORE: "compaction.tokens_before",
     _TOKENS_AFTER: "compaction.tokens_after",
     _RETRIED[0]: "compaction.retried",
+    UNPRICED_WARNING[0]: "compaction.warning",
 }
 
 
