@@ -23,6 +23,7 @@ Every cell is printed as a ratio to sending the same turns direct in the same ce
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -168,7 +169,9 @@ def bench(transcripts: list[Transcript], configs: tuple[tuple[str, Path], ...]) 
                     )
                     provider.reset()
                     started = time.perf_counter()
-                    conversation = f"{transcript.name}-{cell.name}".replace(" ", "-")
+                    conversation = re.sub(
+                        r"[^A-Za-z0-9._-]+", "-", f"{transcript.name}-{cell.name}"
+                    )
                     with target(
                         path,
                         upstream.url,
@@ -212,14 +215,14 @@ def report(runs: list[UserRun], configs: tuple[tuple[str, Path], ...]) -> None:
         print(f"{label:<46}" + "".join(f"{c:<26}" for c in row))
     print(
         f"\nPer run (summ. = summarizer calls; hit rate = cached / all prompt tokens):\n"
-        f"{'transcript':<34}{'cell':<18}{'config':<19}{'turns':>6}{'summ.':>6}{'summ. $':>9}"
+        f"{'transcript':<40}{'cell':<18}{'config':<19}{'turns':>6}{'summ.':>6}{'summ. $':>9}"
         f"{'hit rate':>9}{'largest':>9}{'x direct':>9}  X-Compaction"
     )
     for run in runs:
         direct = found[(run.transcript, run.cell.name, "direct")].cost()
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(run.seen.outcomes.items()))
         print(
-            f"{run.transcript[:33]:<34}{run.cell.name:<18}{run.config:<19}{len(run.turns):>6}"
+            f"{run.transcript[:39]:<40}{run.cell.name:<18}{run.config:<19}{len(run.turns):>6}"
             f"{run.summaries:>6}{run.summary_cost():>9.3f}{run.hit_rate:>9.1%}{run.largest:>9,}"
             f"{run.cost() / direct:>9.2f}  {outcomes}"
         )
