@@ -201,10 +201,10 @@ def report(runs: list[UserRun], configs: tuple[tuple[str, Path], ...]) -> None:
         f"\nAs users run it: real model names, shipped configs untouched, {TURN_SECONDS:.0f} s "
         f"between turns, summaries <= {SUMMARY_TOKENS} tokens; x direct, {cells}:"
     )
-    print(f"{'transcript (turns, largest direct)':<46}" + "".join(f"{c:<26}" for c, _ in configs))
+    print(f"{'transcript (turns, largest direct)':<56}" + "".join(f"{c:<26}" for c, _ in configs))
     for name in names:
         direct = found[(name, CELLS[0].name, "direct")]
-        label = f"{name} ({len(direct.turns)}, {direct.largest // 1000}k)"
+        label = f"{name}: {len(direct.turns)} turns, {direct.largest // 1000}k"
         row = []
         for config, _ in configs:
             ratios = [
@@ -212,7 +212,7 @@ def report(runs: list[UserRun], configs: tuple[tuple[str, Path], ...]) -> None:
                 for c in CELLS
             ]
             row.append(" ".join(f"{r:.2f}" for r in ratios))
-        print(f"{label:<46}" + "".join(f"{c:<26}" for c in row))
+        print(f"{label:<56}" + "".join(f"{c:<26}" for c in row))
     print(
         f"\nPer run (summ. = summarizer calls; hit rate = cached / all prompt tokens):\n"
         f"{'transcript':<40}{'cell':<18}{'config':<19}{'turns':>6}{'summ.':>6}{'summ. $':>9}"
