@@ -15,6 +15,13 @@ rule, in dollars (``decide``):
 - Compacting pays when the cost is repaid within the expected remaining turns; the break-even
   is ``cost / saving per turn`` turns (0 when compacting is cheaper at once). A window that the
   uncompacted prompt no longer fits overrides price: the request must be compacted.
+- And when compacting now costs less than compacting later. A conversation is compacted again
+  and again as it grows back from its summary: with ``K`` the cost of a compaction, ``g`` the
+  growth per turn and ``c`` the cached price, compacting every ``T`` turns costs
+  ``K / T + g c T / 2`` a turn, least at ``T* = sqrt(2K / (g c))``. The excess ``E = P - C``
+  took ``E / g`` turns to grow, so now is the moment once ``E / g >= T*``, which is: the
+  break-even ``K / (E c)`` is within ``E / (2g)`` turns. Without it a conversation that goes on
+  compacts every few turns, each time writing the new prefix for a small saving.
 
 Kept simple on purpose: later turns are priced as if the cache stays warm (a pause past the TTL
 would make each saving larger, so the rule errs towards not compacting), the comparison is
@@ -88,7 +95,11 @@ def decide(
         break_even = cost / saving
     else:
         break_even = None
-    pays = break_even is not None and break_even <= max(outlook.remaining_turns, 0.0)
+    per_turn = max(outlook.growth_per_turn, 0.0)
+    excess = max(prompt - compacted, 0)
+    later = excess / (2 * per_turn) if per_turn > 0 else math.inf  # waiting costs less beyond
+    within = min(max(outlook.remaining_turns, 0.0), later)
+    pays = break_even is not None and break_even <= within
     if outlook.window_forced or pays:
         reason: Reason = _forced_or("pays", outlook)
     else:
