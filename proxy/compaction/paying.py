@@ -135,6 +135,7 @@ class PriceTrigger:
             growth_per_turn=growth,
             remaining_turns=pace.samples * REMAINING_SHARE,
             cache_warm=warm,
+            compacted_before=current.applied_checkpoint is not None,
         )
         summarizer_price = self._prices.price(own.model)
         if not summarizer_price.priced:  # an unpriced summarizer is not free: price it alike

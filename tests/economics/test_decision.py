@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -15,7 +16,7 @@ MINI = TABLE.price("gpt-4o-mini")  # 0.15, 0.075, 0.15, 0.60
 SONNET = TABLE.price("claude-sonnet-4-5")  # 3.00, 0.30, 3.75, 15.00
 
 
-def outlook(**changes: float) -> Outlook:
+def outlook(**changes: float | bool) -> Outlook:
     """150k tokens compacted to 30k by a 120k-token summary call writing 1k, 1.5k a turn."""
     base: dict[str, float] = {
         "prompt_tokens": 150_000,
@@ -115,8 +116,11 @@ def test_compacting_again_soon_after_a_compaction_waits_until_the_excess_is_wort
         summary_input_tokens=11_000,
         summary_output_tokens=800,
         remaining_turns=60,
+        compacted_before=True,
     )
     decision = decide(soon, GPT41, summarizer_price=MINI)
+    # A first compaction is "now or never": 7.98 turns are within the 60 to come.
+    assert decide(replace(soon, compacted_before=False), GPT41, summarizer_price=MINI).compact
     assert decision.break_even_turns == pytest.approx(0.03988 / 0.005)
     assert not decision.compact and decision.reason == "does-not-pay"
     # With 30k of excess (60k -> 30k) the break-even is 2.2 turns, within 30k / 3k = 10: compact.
@@ -126,5 +130,20 @@ def test_compacting_again_soon_after_a_compaction_waits_until_the_excess_is_wort
         summary_input_tokens=31_000,
         summary_output_tokens=800,
         remaining_turns=60,
+        compacted_before=True,
     )
     assert decide(later, GPT41, summarizer_price=MINI).compact
+
+
+def test_a_summary_made_ahead_is_not_held_back_for_later() -> None:
+    """Its cost is spent: only the cache break counts, and waiting would leave it unused."""
+    ready = outlook(
+        prompt_tokens=40_000,
+        compacted_tokens=30_000,
+        summary_input_tokens=0,
+        summary_output_tokens=0,
+        remaining_turns=60,
+        compacted_before=True,
+    )
+    # K = (30000*2 - 22250) / 1e6 = $0.03775, $0.005 a turn: 7.55 turns, beyond 10000 / 3000
+    assert decide(ready, GPT41).compact
