@@ -69,6 +69,17 @@ class PriceTrigger:
         self._prices = prices
         self._counter = counter
 
+    def cannot_price(self, conv: Conversation) -> bool:
+        """``pays`` is on but the model has no price: only the token thresholds decide, which
+        the answer says (a local model or a gateway's alias waits for the window otherwise
+        without a word)."""
+        policy = conv.policy
+        return (
+            policy.strategy == "summarize"
+            and policy.trigger.pays
+            and not self._prices.price(conv.model).priced
+        )
+
     def looks_at(self, conv: Conversation, current: Plan) -> bool:
         """Whether ``check`` may fire for this request (before the pace is read)."""
         policy = conv.policy
@@ -102,7 +113,7 @@ class PriceTrigger:
         own = self._settings.summarizer.for_policy(policy, request_model=conv.model)
         summary_in = summary_out = 0
         compacted = candidate.tokens_after
-        if not candidate.changed:  # no ready summary applies: one must be made first
+        if not _ready(candidate, current):  # no ready summary applies: one must be made first
             wanted = candidate.summary_request
             if wanted is None:
                 return None
@@ -125,12 +136,21 @@ class PriceTrigger:
             growth_per_turn=growth,
             remaining_turns=pace.samples * REMAINING_SHARE,
             cache_warm=warm,
+            compacted_before=current.applied_checkpoint is not None,
         )
         summarizer_price = self._prices.price(own.model)
         if not summarizer_price.priced:  # an unpriced summarizer is not free: price it alike
             summarizer_price = price
         verdict = decide(outlook, price, summarizer_price=summarizer_price)
         return PriceCheck(verdict, candidate)
+
+
+def _ready(candidate: Plan, current: Plan) -> bool:
+    """The candidate applies a summary that exists and that this request does not send yet
+    (one made ahead of time). After a compaction both apply the conversation's checkpoint: the
+    candidate then differs only by the next summary it asks for, which is to be made, so the
+    decision is weighed again with the applied checkpoint as the base as the prompt grows."""
+    return candidate.changed and candidate.applied_checkpoint != current.applied_checkpoint
 
 
 def _placeholder(tokens: int) -> str:

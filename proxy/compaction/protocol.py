@@ -17,7 +17,8 @@ before the next summary starts; proxy.core.headroom); ``X-Compaction-Retried`` w
 was retried compacted harder;
 ``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far;
 under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``
-(what the provider did).
+(what the provider did); ``X-Compaction-Warning: unpriced-model`` when ``trigger.pays`` is on
+and the model has no price (the price trigger cannot decide: the token thresholds alone do).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ FOCUS = "x-compaction-focus"  # request: one line for the summary this request m
 STRATEGY = "x-compaction-strategy"  # response: the strategy that ran (native, or its fallback)
 NATIVE = "x-compaction-native"  # response: what the provider's own compaction did
 APPLIED = "x-compaction-applied"  # response: summary, stubs, dropped, joined by "+"
-WARNING = "x-compaction-warning"  # response: the policy's numbers fall short (headroom)
+WARNING = "x-compaction-warning"  # response: the policy's numbers fall short (headroom,
+# unpriced-model: trigger.pays is on but the model has no price; the token thresholds decide)
 
 ANSWERED = "answered"  # response: an agent's own compaction, answered by the proxy itself
 
@@ -62,6 +64,7 @@ _APPLIED = APPLIED.encode()
 _WARNING = WARNING.encode()
 STRATEGY_BYTES = STRATEGY.encode()
 NATIVE_BYTES = NATIVE.encode()
+UNPRICED_WARNING = (_WARNING, b"unpriced-model")
 
 
 def switched_off(headers: HeaderView) -> bool:

@@ -243,6 +243,8 @@ class Rewriter:
         if pending is not None and incoming.call is not None:
             # The summary asked on the prompt the provider is about to cache (issue 19).
             pending = replace(pending, prefix=PrefixSource(sent, dialect, incoming.call))
+        if self._price is not None and self._price.cannot_price(conv):
+            added = [*added, protocol.UNPRICED_WARNING]
         if fell_back:  # native asked for where the provider offers none: which strategy ran
             added = [*added, (protocol.STRATEGY_BYTES, policy.strategy.encode())]
         return Decision(

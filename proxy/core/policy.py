@@ -23,6 +23,7 @@ from pydantic import (
 from proxy.core.conditions import Condition
 from proxy.core.pins import check_pin
 from proxy.core.summary_message import check_final_prompt
+from proxy.core.tool_calls import tool_matches
 
 
 class PolicyModel(BaseModel):
@@ -60,11 +61,13 @@ class TriggerSettings(PolicyModel):
     )
     on_tool_success: tuple[str, ...] = Field(
         (),
-        description="Fire when one of these tools succeeded in a result new in this request.",
+        description="Fire when one of these tools succeeded in a result new in this request; "
+        "'Tool(regex)' also needs the regex in the command the call ran (Bash(pytest)).",
     )
     on_tool_error: tuple[str, ...] = Field(
         (),
-        description="Fire when one of these tools failed in a result new in this request.",
+        description="Fire when one of these tools failed in a result new in this request "
+        "('Tool(regex)' as for on_tool_success).",
     )
     tool_error_pattern: str = Field(
         r"(?i)^\s*(error|exception|traceback)\b",
@@ -97,6 +100,11 @@ class TriggerSettings(PolicyModel):
             re.compile(self.tool_error_pattern)
         except re.error as exc:
             raise ValueError(f"tool_error_pattern is not a valid regex: {exc}") from exc
+        for key in ("on_tool_success", "on_tool_error"):
+            try:
+                tool_matches(getattr(self, key))
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from exc
         return self
 
 

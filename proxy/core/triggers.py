@@ -10,8 +10,8 @@ measure is over ``soft_fraction`` of it (near includes fired). 0 disables a trig
   the summary covers only part of (earlier tool rounds of a long task) counts.
 - ``interaction_tokens``: tokens in those interactions.
 - ``messages``: messages in the prompt.
-- ``on_tool_success`` / ``on_tool_error``: a named tool succeeded / failed in a result new in
-  this request: the tool messages the request ends with (those after the assistant message the
+- ``on_tool_success`` / ``on_tool_error``: a named tool (or a call of it whose command matches,
+  ``Bash(pytest)``: ``proxy.core.tool_calls``) succeeded / failed in a result new in this request: the tool messages the request ends with (those after the assistant message the
   previous request was answered with). Not the whole last interaction: in an agent run that is
   every round since the task, and one passing result would fire on every later turn (issue 19).
   A result fails when it parses as an error object or matches ``tool_error_pattern``.
@@ -28,8 +28,9 @@ from typing import Any
 
 from proxy.core.conditions import Condition
 from proxy.core.interactions import Grouping
-from proxy.core.messages import is_error_result, tool_names
+from proxy.core.messages import is_error_result
 from proxy.core.policy import TriggerSettings
+from proxy.core.tool_calls import ToolCall, calls_of, tool_matches
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +42,8 @@ class Measures:
     interactions: int
     interaction_tokens: int
     context_window: int | None = None
-    tools_succeeded: frozenset[str] = frozenset()
-    tools_failed: frozenset[str] = frozenset()
+    tools_succeeded: frozenset[ToolCall] = frozenset()
+    tools_failed: frozenset[ToolCall] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,8 @@ def evaluate(trigger: TriggerSettings, measures: Measures, *, soft_fraction: flo
         ("on_tool_success", trigger.on_tool_success, measures.tools_succeeded),
         ("on_tool_error", trigger.on_tool_error, measures.tools_failed),
     ):
-        if seen.intersection(wanted):
+        matches = tool_matches(wanted)
+        if any(match.matches(call) for match in matches for call in seen):
             fired.append(name)
             near.append(name)
     return Verdict(tuple(fired), tuple(near))
@@ -107,8 +109,8 @@ def measure(
             continue
         interactions += 1
         interaction_tokens += sum(counts[start:end])
-    succeeded: set[str] = set()
-    failed: set[str] = set()
+    succeeded: set[ToolCall] = set()
+    failed: set[ToolCall] = set()
     if trigger.on_tool_success or trigger.on_tool_error:
         _tool_outcomes(messages, trigger.tool_error_pattern, succeeded, failed)
     return Measures(
@@ -134,22 +136,25 @@ def new_tool_results(messages: list[dict[str, Any]]) -> int:
 def _tool_outcomes(
     messages: list[dict[str, Any]],
     pattern: str,
-    succeeded: set[str],
-    failed: set[str],
+    succeeded: set[ToolCall],
+    failed: set[ToolCall],
 ) -> None:
     start = new_tool_results(messages)
     if start == len(messages):
         return
-    names: dict[str, str] = {}
+    calls: dict[str, ToolCall] = {}
     compiled = re.compile(pattern)
     for message in messages[:start]:  # the calls these results answer
         if message.get("role") == "assistant":
-            names.update(tool_names(message))
+            calls.update(calls_of(message))
     for message in messages[start:]:
-        name = names.get(str(message.get("tool_call_id")), message.get("name"))
-        if isinstance(name, str) and name:
+        call = calls.get(str(message.get("tool_call_id")))
+        name = message.get("name")
+        if call is None and isinstance(name, str) and name:  # a legacy function result
+            call = ToolCall(name, "")
+        if call is not None and call.name:
             outcome = failed if is_error_result(message.get("content"), compiled) else succeeded
-            outcome.add(name)
+            outcome.add(call)
 
 
 @lru_cache(maxsize=256)

@@ -15,6 +15,15 @@ rule, in dollars (``decide``):
 - Compacting pays when the cost is repaid within the expected remaining turns; the break-even
   is ``cost / saving per turn`` turns (0 when compacting is cheaper at once). A window that the
   uncompacted prompt no longer fits overrides price: the request must be compacted.
+- And when compacting now costs less than compacting later. A conversation is compacted again
+  and again as it grows back from its summary: with ``K`` the cost of a compaction, ``g`` the
+  growth per turn and ``c`` the cached price, compacting every ``T`` turns costs
+  ``K / T + g c T / 2`` a turn, least at ``T* = sqrt(2K / (g c))``. The excess ``E = P - C``
+  took ``E / g`` turns to grow, so now is the moment once ``E / g >= T*``, which is: the
+  break-even ``K / (E c)`` is within ``E / (2g)`` turns. Without it a conversation that goes on
+  compacts every few turns, each time writing the new prefix for a small saving. This weighs a
+  next compaction only: the first one has no period to keep (it is "now or never" over the
+  turns to come), and a summary made ahead of time is paid for (waiting would leave it unused).
 
 Kept simple on purpose: later turns are priced as if the cache stays warm (a pause past the TTL
 would make each saving larger, so the rule errs towards not compacting), the comparison is
@@ -48,6 +57,7 @@ class Outlook:
     cache_warm: bool  # the conversation's previous request was within the cache TTL
     window_forced: bool = False  # the uncompacted prompt does not fit the model's window
     summary_cached_tokens: int = 0  # of the summarizer's prompt, read from the cache
+    compacted_before: bool = False  # the prompt already applies a summary: this is a next one
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +98,15 @@ def decide(
         break_even = cost / saving
     else:
         break_even = None
-    pays = break_even is not None and break_even <= max(outlook.remaining_turns, 0.0)
+    per_turn = max(outlook.growth_per_turn, 0.0)
+    excess = max(prompt - compacted, 0)
+    # Waiting costs less beyond this many turns; not for a summary made ahead of time (its cost
+    # is spent: waiting would only leave it unused).
+    to_make = outlook.summary_input_tokens > 0 or outlook.summary_output_tokens > 0
+    again = outlook.compacted_before and to_make and per_turn > 0
+    later = excess / (2 * per_turn) if again else math.inf
+    within = min(max(outlook.remaining_turns, 0.0), later)
+    pays = break_even is not None and break_even <= within
     if outlook.window_forced or pays:
         reason: Reason = _forced_or("pays", outlook)
     else:

@@ -118,3 +118,47 @@ def test_a_cold_cache_is_the_moment_compacting_pays(tiktoken_files: object) -> N
     assert warm[3] == "skipped", warm
     assert cold[3] == "applied", cold
     assert warm[:3] == cold[:3]
+
+
+def test_the_price_is_weighed_again_after_each_compaction(tiktoken_files: object) -> None:
+    """A conversation that goes on long after its first compaction: as the prompt grows back
+    from the summary, compacting again pays (the applied summary is the new base), so what is
+    sent stays a fraction of the history instead of growing with it."""
+    clock = Clock()
+    made = compactor(CONFIG.format(pays="true"), clock)
+    view = HeaderView.of([(b"x-conversation-id", b"c1")])
+
+    async def sent_sizes() -> list[tuple[str, int]]:
+        sizes = []
+        for n in range(2, 41):
+            clock.now += MINUTE
+            decision = await made.decide(Incoming(view, Body(turns(n)), CHAT, {}, False))
+            assert decision.body is not None
+            sent = wirejson.parse(decision.body)["messages"]
+            sizes.append((dict(decision.response_headers)[b"x-compaction"].decode(), len(sent)))
+            await made.paces.join()
+        return sizes
+
+    sizes = asyncio.run(sent_sizes())
+    first = next(i for i, (outcome, _) in enumerate(sizes) if outcome == "applied")
+    history = 1 + 2 * 40  # the system message and 40 interactions
+    assert sizes[-1][1] <= history // 3, sizes  # compacted again as it grew back
+    assert max(count for _, count in sizes[first:]) < history // 2, sizes
+
+
+def test_an_answer_says_when_its_model_is_unpriced(tiktoken_files: object) -> None:
+    """``pays`` has nothing to decide with for a model without a price (a local model, a
+    gateway's alias): the answer says so, and a priced model's answer does not."""
+    clock = Clock()
+    made = compactor(CONFIG.format(pays="true"), clock)
+    view = HeaderView.of([(b"x-conversation-id", b"c1")])
+
+    async def headers(model: str) -> dict[bytes, bytes]:
+        raw = turns(2, model=model)
+        decision = await made.decide(Incoming(view, Body(raw), CHAT, {}, False))
+        return dict(decision.response_headers)
+
+    unpriced = asyncio.run(headers("some-unpriced-model"))
+    priced = asyncio.run(headers("priced-model"))
+    assert unpriced[b"x-compaction-warning"] == b"unpriced-model"
+    assert b"x-compaction-warning" not in priced

@@ -298,3 +298,18 @@ def test_a_long_answer_keeps_its_head_beside_its_tail() -> None:
 async def _drain(response: ResponseTail) -> None:
     async for _ in response.iter_raw():
         pass
+
+
+def test_the_start_up_warning_says_a_priced_model_is_also_compacted_by_price() -> None:
+    """The default policy also fires by price (trigger.pays): the warning must not say it
+    compacts only on context_fraction."""
+    settings = Settings(
+        policies={
+            "default": PolicySettings(),
+            "windowed": PolicySettings(trigger={"pays": False}),
+        }
+    )
+    by_policy = {line.split("'")[1]: line for line in startup_warnings(settings)}
+    assert "only on context_fraction" not in by_policy["default"]
+    assert "pricing" in by_policy["default"] and "/models" in by_policy["default"]
+    assert "only on context_fraction" in by_policy["windowed"]

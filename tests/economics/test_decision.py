@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -15,7 +16,7 @@ MINI = TABLE.price("gpt-4o-mini")  # 0.15, 0.075, 0.15, 0.60
 SONNET = TABLE.price("claude-sonnet-4-5")  # 3.00, 0.30, 3.75, 15.00
 
 
-def outlook(**changes: float) -> Outlook:
+def outlook(**changes: float | bool) -> Outlook:
     """150k tokens compacted to 30k by a 120k-token summary call writing 1k, 1.5k a turn."""
     base: dict[str, float] = {
         "prompt_tokens": 150_000,
@@ -96,3 +97,53 @@ def test_turns_to_reach() -> None:
     assert turns_to_reach(150_000, 160_000, 2_000) == 5.0
     assert turns_to_reach(170_000, 160_000, 2_000) == 0.0
     assert turns_to_reach(150_000, 160_000, 0) == math.inf
+
+
+def test_compacting_again_soon_after_a_compaction_waits_until_the_excess_is_worth_it() -> None:
+    """Compacting now is weighed against compacting later, not only against never: a prompt
+    that grew back a few turns' worth over its checkpoint saves little per turn, and each
+    compaction writes the new prefix again. The excess ``E`` (prompt - compacted) took ``E / g``
+    turns to accumulate; compacting every ``T`` turns costs ``K / T + g * c * T / 2`` a turn, least
+    at ``T* = sqrt(2K / (g c))``, i.e. when the break-even ``K / (E c)`` is within ``E / (2g)``.
+    """
+    # 40k compacted to 30k with a cheap summarizer (11k read, 800 written), 1.5k a turn, gpt-4.1:
+    # K = (11000*0.15 + 800*0.6 + 30000*2 - (38500*0.5 + 1500*2)) / 1e6 = $0.03988; each later
+    # turn reads 10000 fewer cached tokens: $0.005, break-even 7.98 turns. Many turns remain,
+    # but the 10k excess took 6.7 turns to grow: compacting later costs less (7.98 > 3.33).
+    soon = outlook(
+        prompt_tokens=40_000,
+        compacted_tokens=30_000,
+        summary_input_tokens=11_000,
+        summary_output_tokens=800,
+        remaining_turns=60,
+        compacted_before=True,
+    )
+    decision = decide(soon, GPT41, summarizer_price=MINI)
+    # A first compaction is "now or never": 7.98 turns are within the 60 to come.
+    assert decide(replace(soon, compacted_before=False), GPT41, summarizer_price=MINI).compact
+    assert decision.break_even_turns == pytest.approx(0.03988 / 0.005)
+    assert not decision.compact and decision.reason == "does-not-pay"
+    # With 30k of excess (60k -> 30k) the break-even is 2.2 turns, within 30k / 3k = 10: compact.
+    later = outlook(
+        prompt_tokens=60_000,
+        compacted_tokens=30_000,
+        summary_input_tokens=31_000,
+        summary_output_tokens=800,
+        remaining_turns=60,
+        compacted_before=True,
+    )
+    assert decide(later, GPT41, summarizer_price=MINI).compact
+
+
+def test_a_summary_made_ahead_is_not_held_back_for_later() -> None:
+    """Its cost is spent: only the cache break counts, and waiting would leave it unused."""
+    ready = outlook(
+        prompt_tokens=40_000,
+        compacted_tokens=30_000,
+        summary_input_tokens=0,
+        summary_output_tokens=0,
+        remaining_turns=60,
+        compacted_before=True,
+    )
+    # K = (30000*2 - 22250) / 1e6 = $0.03775, $0.005 a turn: 7.55 turns, beyond 10000 / 3000
+    assert decide(ready, GPT41).compact

@@ -1,6 +1,10 @@
 """What compaction costs with the providers' prompt caches counted (issue 19, docs/cost.md).
 
-Run: .venv/bin/python -m tests.bench.cost.bench_cost [--quick]
+Run: .venv/bin/python -m tests.bench.cost.bench_cost [--quick] [--mode told|users|both]
+
+``--mode users`` runs the proxy as users do instead (as_users.py: real model names, the shipped
+configs untouched, over the seeded transcripts and the public sessions under fixtures/);
+``both`` runs that and then the told-prices runs below.
 
 Each transcript (a 150-round coding agent, an 8-task agent ending just short of the default
 trigger, an 80-turn chat) is replayed under each caching rule (OpenAI-style automatic prefix
@@ -30,11 +34,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken"))
 
+from tests.bench.cost import as_users  # noqa: E402
 from tests.bench.cost.prices import PRICE_MODELS, PriceModel  # noqa: E402
 from tests.bench.cost.provider import BillingLine, CachingProvider  # noqa: E402
 from tests.bench.cost.replay import Rule, Seen, replay  # noqa: E402
 from tests.bench.cost.setups import SETUPS, BenchModels, Setup, SimClock, target  # noqa: E402
-from tests.bench.cost.transcripts import transcripts  # noqa: E402
+from tests.bench.cost.transcripts import public_transcripts, transcripts  # noqa: E402
 from tests.support.servers import ThreadedUvicorn  # noqa: E402
 
 WINDOW = 200_000
@@ -87,13 +92,20 @@ class Run:
         return billed == (seen.turns, seen.prompt, seen.cached, seen.written, seen.output)
 
 
-def bench(scale: float, window: int, setups: tuple[Setup, ...] = SETUPS) -> list[Run]:
+def bench(
+    scale: float,
+    window: int,
+    setups: tuple[Setup, ...] = SETUPS,
+    wanted: list[str] | None = None,
+) -> list[Run]:
     provider = CachingProvider(summarizer_model=SUMMARIZER, models=tuple(r.model for r in RULES))
     clock = SimClock()
     runs: list[Run] = []
     with ThreadedUvicorn(provider.app) as upstream:
         models = BenchModels(upstream.url, tuple(r.model for r in RULES), SUMMARIZER, window)
         for transcript in transcripts(scale):
+            if wanted is not None and not any(w in transcript.name for w in wanted):
+                continue
             for rule in RULES:
                 for setup in setups:
                     # A proxy decides by the prices it is told: one run per price model.
@@ -200,7 +212,38 @@ def main(argv: list[str] | None = None) -> int:
         "--setups",
         help="comma-separated setup names to run besides direct (default: all of SETUPS)",
     )
+    parser.add_argument(
+        "--mode",
+        choices=("told", "users", "both"),
+        default="told",
+        help="told: the proxy told the bench's window and prices (the default); users: as users "
+        "run it, real model names and the shipped configs untouched (as_users.py); both",
+    )
+    parser.add_argument(
+        "--transcripts",
+        help="comma-separated substrings: only the transcripts whose name holds one (the users "
+        "mode also plays the public sessions under fixtures/)",
+    )
+    parser.add_argument(
+        "--configs",
+        help="users mode: comma-separated config names (default, coding-agent.yaml, long-chat.yaml)",
+    )
     args = parser.parse_args(argv)
+    wanted_transcripts = _chosen(args.transcripts)
+    if args.mode in ("users", "both"):
+        played = [
+            t
+            for t in [*transcripts(), *public_transcripts()]
+            if wanted_transcripts is None or any(w in t.name for w in wanted_transcripts)
+        ]
+        names = _chosen(args.configs)
+        configs = tuple(c for c in as_users.CONFIGS if names is None or c[0] in names)
+        started = time.perf_counter()
+        user_runs = as_users.bench(played, configs)
+        as_users.report(user_runs, configs)
+        print(f"\n{len(user_runs)} runs as users in {time.perf_counter() - started:.0f} s")
+        if args.mode == "users":
+            return 0
     setups = SETUPS
     if args.setups:
         wanted = {name.strip() for name in args.setups.split(",")}
@@ -208,10 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     scale = 0.25 if args.quick else 1.0
     window = int(WINDOW * scale)
     started = time.perf_counter()
-    runs = bench(scale, window, setups)
+    runs = bench(scale, window, setups, wanted_transcripts)
     report(runs, window, setups)
     print(f"\n{len(runs)} runs in {time.perf_counter() - started:.0f} s")
     return 0 if all(run.usage_relayed for run in runs) else 1
+
+
+def _chosen(option: str | None) -> list[str] | None:
+    return None if not option else [part.strip() for part in option.split(",")]
 
 
 if __name__ == "__main__":

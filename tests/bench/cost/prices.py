@@ -13,6 +13,9 @@ less than the prices do.
 - Claude Sonnet 4.5: input $3, 5-minute cache write $3.75 (1.25x), cache hit $0.30, output $15
   (docs.claude.com build-with-claude/prompt-caching, "Pricing").
 
+- gpt-4o-mini (the summarizer the shipped configs name): input $0.15, cached input $0.075,
+  output $0.60 (simonw/llm-prices data/openai.json, as the proxy's own table cites it).
+
 OpenAI bills no cache write before the GPT-5.6 family (developers.openai.com guides/
 prompt-caching): written tokens cost what input costs. Every call of a run is priced with the
 same model, the summarizer's too: the bench's summarizer stands for the conversation's own model
@@ -50,4 +53,9 @@ PRICE_MODELS = (
     PriceModel("gpt-4.1", input=2.00, cached_input=0.50, cache_write=2.00, output=8.00),
     PriceModel("gpt-5", input=1.25, cached_input=0.125, cache_write=1.25, output=10.00),
     PriceModel("sonnet-4.5", input=3.00, cached_input=0.30, cache_write=3.75, output=15.00),
+)
+# The summarizer of config/proxy.yaml and the recipes: what their summaries cost when the bench
+# runs the proxy as users do (``as_users``).
+GPT_4O_MINI = PriceModel(
+    "gpt-4o-mini", input=0.15, cached_input=0.075, cache_write=0.15, output=0.60
 )

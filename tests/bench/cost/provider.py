@@ -95,8 +95,17 @@ def _sse(data: dict[str, Any], event: str | None = None) -> bytes:
 class CachingProvider:
     """The mock provider; thread-safe for a bench that reads its ledger while it serves."""
 
-    def __init__(self, *, summarizer_model: str, models: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        summarizer_model: str,
+        models: tuple[str, ...] = (),
+        max_summary_tokens: int | None = None,
+    ) -> None:
         self.summarizer_model = summarizer_model
+        # A real summarizer writes a few hundred tokens whatever max_tokens allows; None: a
+        # summary is a tenth of its prompt up to the call's max_tokens.
+        self.max_summary_tokens = max_summary_tokens
         self.models = (*models, summarizer_model)
         self.tokenizer = Tokenizer()
         self._lock = threading.Lock()
@@ -152,6 +161,8 @@ class CachingProvider:
             return ANSWER, int(wanted) if wanted else self.tokenizer.count(ANSWER)
         limit = body.get("max_tokens") or body.get("max_completion_tokens") or 4096
         size = min(int(limit), max(MIN_SUMMARY_TOKENS, int(usage.prompt * SUMMARY_FRACTION)))
+        if self.max_summary_tokens is not None:
+            size = min(size, self.max_summary_tokens)
         text = self._summary(size, seed=usage.prompt)
         return text, self.tokenizer.count(text)
 

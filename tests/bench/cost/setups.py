@@ -84,11 +84,11 @@ def _base(bench: BenchModels) -> dict[str, Any]:
     }
 
 
-def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
-            out[key] = _merged(base[key], value)
+            out[key] = merged(base[key], value)
         else:
             out[key] = value
     return out
@@ -134,7 +134,7 @@ def pricing(bench: BenchModels, price: PriceModel) -> dict[str, Any]:
 def config_text(setup: Setup, bench: BenchModels, price: PriceModel) -> str:
     assert setup.policy is not None
     base = {**_base(bench), "pricing": pricing(bench, price)}
-    return yaml.safe_dump(_merged(base, setup.policy(bench)), sort_keys=False)
+    return yaml.safe_dump(merged(base, setup.policy(bench)), sort_keys=False)
 
 
 @contextlib.contextmanager

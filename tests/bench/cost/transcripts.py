@@ -19,11 +19,13 @@ plant probe answers in small tool outputs; cost needs realistic sizes and a cloc
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import tiktoken
@@ -373,3 +375,21 @@ def transcripts(scale: float = 1.0, *, seed: int = 19) -> list[Transcript]:
         multi_task_agent(tasks=max(2, int(8 * scale)), total=int(151_000 * scale), seed=seed),
         long_chat(turns=max(8, int(80 * scale)), total=int(110_000 * scale), seed=seed),
     ]
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURE_TURN_SECONDS = 20.0  # a recorded session's pace is not kept: an agent asks every ~20 s
+
+
+def public_transcripts(folder: Path = FIXTURES) -> list[Transcript]:
+    """The public sessions of real agents shipped as fixtures (``fixtures/README.md`` names each
+    source and license): ``{"name", "messages", "tools"}`` in chat-completions shape, gzipped,
+    one answer every ``FIXTURE_TURN_SECONDS``."""
+    found = []
+    for path in sorted(folder.glob("*.json.gz")):
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        messages = data["messages"]
+        answers = sum(1 for m in messages if m["role"] == "assistant")
+        times = tuple(FIXTURE_TURN_SECONDS * k for k in range(answers))
+        found.append(Transcript(data["name"], messages, data.get("tools") or None, times))
+    return found
