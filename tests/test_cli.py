@@ -54,9 +54,9 @@ def test_check_config_shows_the_model_table_and_window_warnings(tmp_path: Path) 
     assert ["*claude*", "200000", "o200k_base", "built-in"] in rows
     assert ["*qwen*", "32768", "o200k_base", "built-in,", "/models", "first"] in rows
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
-    assert (
-        len(warnings) == 1 and "policy 'default' compacts only on context_fraction" in warnings[0]
-    )
+    # The default prices its decisions (trigger.pays): the window is not its only trigger.
+    assert len(warnings) == 1
+    assert "policy 'default' compacts on context_fraction, and by price" in warnings[0]
 
 
 def test_check_config_names_the_bad_key_and_line(tmp_path: Path) -> None:

@@ -44,7 +44,8 @@ def test_a_large_fixed_prompt_gets_at_most_one_summary_per_four_requests(
     for n in range(first, len(run.seen)):
         if checkpoints[n] != checkpoints[n - 1]:
             assert int(run.seen[n]["x-compaction-tokens-after"]) < starts
-    assert not any("x-compaction-warning" in h for h in run.seen)  # these numbers can do it
+    # These numbers can do it (the mock's model is unpriced: that warning may be there).
+    assert not any("headroom" in h.get("x-compaction-warning", "") for h in run.seen)
 
 
 def test_numbers_that_cannot_leave_room_say_so_in_the_answer_the_log_and_the_metrics(
@@ -68,4 +69,6 @@ def test_numbers_that_cannot_leave_room_say_so_in_the_answer_the_log_and_the_met
     counted = 'proxy_compaction_headroom_short_total{strategy="summarize"} '
     assert f"{counted}{float(len(warned))}" in metrics
     # The newest round is always kept verbatim, whatever the numbers.
-    assert all(h["x-compaction"] in ("applied", "skipped") for h in run.seen)
+    assert all(h["x-compaction"] in ("applied", "skipped") for h in run.seen), [
+        h["x-compaction"] for h in run.seen
+    ]

@@ -189,7 +189,7 @@ def test_an_unknown_window_is_warned_once_per_model(
                 model=SERVED, messages=[SYSTEM, {"role": "user", "content": "hello"}]
             )
             time.sleep(0.05)
-    startup = [r for r in caplog.records if "compacts only on context_fraction" in r.message]
+    startup = [r for r in caplog.records if "compacts on context_fraction" in r.message]
     assert len(startup) == 1 and "'default'" in startup[0].message
     unknown = [r for r in caplog.records if re.search(r"context window unknown", r.message)]
     assert len(unknown) == 1 and SERVED in unknown[0].message

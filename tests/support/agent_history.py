@@ -60,10 +60,12 @@ CODING_AGENT: dict[str, Any] = {
     },
     "pin": ['role == "user"', 'contains("#keep")'],
 }
-# Claude Code's numbers as its users set them (a 45k trigger, 12k kept), no stubs.
+# Claude Code's numbers as its users set them (a 45k trigger, 12k kept), no stubs. The price
+# trigger is off: with it, a priced model's next summary may start from pays_from_tokens (32k)
+# when it pays, which is the price tests' business; these measure the token trigger's headroom.
 LARGE_PROMPT_AGENT: dict[str, Any] = {
     "strategy": "summarize",
-    "trigger": {"input_tokens": 45_000, "context_fraction": 0},
+    "trigger": {"input_tokens": 45_000, "context_fraction": 0, "pays": False},
     "keep": {"tokens": 12_000},
     "pin": ['role == "user"', 'contains("#keep")'],
 }
@@ -89,12 +91,24 @@ def _files() -> tuple[tuple[str, str], ...]:
         return tuple((rel, text) for rel, text in texts if len(text.encode()) > 2000)
 
 
-def _files_at(revision: str) -> tuple[tuple[str, str], ...]:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
-        ).stdout
+@functools.cache
+def _docs() -> tuple[str, ...]:
+    """The texts of docs/*.md, in a fixed order, at ``REVISION`` where git has it."""
+    try:
+        names = _git("ls-tree", "--name-only", REVISION, "docs/").split()
+        return tuple(_git("show", f"{REVISION}:{n}") for n in sorted(names) if n.endswith(".md"))
+    except (OSError, subprocess.CalledProcessError):
+        return tuple(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
 
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _files_at(revision: str) -> tuple[tuple[str, str], ...]:
+    git = _git
     names = git("ls-tree", "-r", "--name-only", revision, "proxy", "tests/core").split()
     # Sorted as the working tree's listing was: proxy's files by path, then tests/core's.
     chosen = sorted((n for n in names if n.startswith("proxy/") and n.endswith(".py")), key=Path)
@@ -169,12 +183,11 @@ def requests(history: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
 def fixed_prompt(tokens_wanted: int, counter: Any, model: str = "gpt-4o") -> str:
     """A system prompt of about ``tokens_wanted`` tokens (an agent's instructions, its skills and
     rules): real text of this repository's docs, repeated as needed."""
-    docs = sorted((ROOT / "docs").glob("*.md"))
     text = SYSTEM_TEXT
-    for path in docs * 10:
+    for doc in _docs() * 10:
         if counter.count_text(text, model) >= tokens_wanted:
             break
-        text += "\n\n" + path.read_text()
+        text += "\n\n" + doc
     while counter.count_text(text, model) > tokens_wanted:
         text = text[: int(len(text) * 0.95)]
     return text
