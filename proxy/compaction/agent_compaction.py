@@ -138,7 +138,7 @@ class AgentCompaction:
         if route == wires.items_route and wires.compact is not None and wires.answer_compact:
             incoming = await self._open_items(incoming, wires.compact)
         ask = wires.asks.get(route)
-        if ask is None or not self._looked_into(incoming.headers):
+        if ask is None or self._settings.untouched(incoming.headers) is not None:
             return None, incoming
         raw = await incoming.body.read()
         if not ask.might_be(raw):
@@ -248,17 +248,6 @@ class AgentCompaction:
 
     # --- shared ---------------------------------------------------------------------------------
 
-    def _looked_into(self, headers: HeaderView) -> bool:
-        """Whether compaction looks into this request at all (the rewriter's header rules)."""
-        if protocol.switched_off(headers):
-            return False
-        conversation = self._settings.conversation
-        if conversation.missing == "passthrough" and conversation.named_by(headers) is None:
-            return False
-        named = protocol.asked_policy(headers)
-        policies = self._settings.policies
-        return not (named in policies and policies[named].strategy == "off")
-
     def _tenant(self, headers: HeaderView) -> str:
         credential = credential_from_headers(headers.values, self._settings.conversation)
         return self._tenancy.tenant(credential)
@@ -278,7 +267,7 @@ class AgentCompaction:
             self._settings, headers, model=body.get("model") or "", tenant=tenant
         )
         conversation_id = None
-        if self._looked_into(headers):
+        if self._settings.untouched(headers) is None:
             conversation_id = resolve_conversation_id(
                 headers.values,
                 neutral.messages,

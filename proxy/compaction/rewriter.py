@@ -98,16 +98,8 @@ class Rewriter:
     def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
         """The response headers of a request the headers alone send through untouched, or None.
         Such a request is never parsed: its bytes go out as they came (issue 9)."""
-        if protocol.switched_off(headers):
-            return self._off()
-        conversation = self._settings.conversation
-        if conversation.missing == "passthrough" and conversation.named_by(headers) is None:
-            return self._off()  # not ours to look into: byte-identical
-        named = protocol.asked_policy(headers)
-        policies = self._settings.policies
-        if named in policies and policies[named].strategy == "off":
-            return self._off(named)
-        return None
+        untouched = self._settings.untouched(headers)
+        return None if untouched is None else self._off(untouched.policy)
 
     async def decide(self, incoming: Incoming) -> Decision:
         focus = asked_focus(incoming.headers)  # a bad one is a 400 before anything is read
