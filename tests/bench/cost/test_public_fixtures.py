@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.cost.fixtures.convert import opencode
+from tests.bench.cost.fixtures.convert import chatgpt, opencode
 from tests.bench.cost.transcripts import FIXTURES, public_transcripts
 
 ROLES = {"system", "user", "assistant", "tool"}
@@ -125,3 +125,36 @@ def test_an_opencode_export_becomes_answers_each_followed_by_its_results(tmp_pat
         "(the tool call was interrupted)",
     ]
     assert _unanswered(messages) == []
+
+
+def test_a_chatgpt_conversation_is_the_thread_its_user_last_saw(tmp_path: Path) -> None:
+    def node(parent: str | None, role: str, *parts: str) -> dict:
+        message = {"author": {"role": role}, "content": {"content_type": "text", "parts": parts}}
+        return {"parent": parent, "message": message}
+
+    mapping = {
+        "root": {"parent": None, "message": None},
+        "sys": node("root", "system", ""),
+        "q1": node("sys", "user", "Convert this PHP."),
+        "old": node("q1", "assistant", "A first answer, regenerated away."),
+        "a1": node("q1", "assistant", "Here is the first half"),
+        "a1b": node("a1", "assistant", ", and the rest."),
+        "q2": node("a1b", "user", "Thanks. And the template?"),
+        "a2": node("q2", "assistant", "Use extends."),
+    }
+    export = [
+        {"id": "other", "mapping": {}, "current_node": None},
+        {"id": "c1", "mapping": mapping, "current_node": "a2"},
+    ]
+    source = tmp_path / "conversations.json"
+    source.write_text(json.dumps(export), encoding="utf-8")
+
+    messages = chatgpt(source, "c1")
+
+    assert [(m["role"], m["content"]) for m in messages[1:]] == [
+        ("user", "Convert this PHP."),
+        ("assistant", "Here is the first half, and the rest."),
+        ("user", "Thanks. And the template?"),
+        ("assistant", "Use extends."),
+    ]
+    assert messages[0]["role"] == "system"
