@@ -27,6 +27,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import replace
 
+from proxy.config.store import StoreSettings
 from proxy.core.checkpoints import Checkpoint, Record, extend
 from proxy.errors import PayloadTooLarge, StoreError
 from proxy.state.counters import StoreCounters
@@ -37,7 +38,6 @@ from proxy.state.records import SealedRecords
 from proxy.state.resilient import ResilientBackend, StoreHealth
 from proxy.state.sealing import Sealer
 from proxy.state.secret import SharedSecret
-from proxy.state.settings import StoreSettings
 from proxy.state.store.base import Backend
 from proxy.state.store.breaker import CircuitBreaker
 from proxy.state.store.memory import MemoryBackend

@@ -31,9 +31,13 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from proxy.config.store import (
+    DEFAULT_CONVERSATION_HEADERS,
+    ConversationSettings,
+    StoreSettings,
+)
 from proxy.core.checkpoints import chain_hash
 from proxy.errors import InvalidRequest
-from proxy.state.settings import ConversationSettings, StoreSettings
 
 log = logging.getLogger("proxy.tenancy")
 
@@ -52,7 +56,7 @@ def usable_conversation_id(value: str) -> bool:
     return 0 < len(value) <= MAX_CONVERSATION_ID and _CONVERSATION_ID.match(value) is not None
 
 
-def validate_conversation_id(value: str, *, header: str = "X-Conversation-Id") -> str:
+def validate_conversation_id(value: str, *, header: str = DEFAULT_CONVERSATION_HEADERS[0]) -> str:
     """Return the id if it is usable, else raise InvalidRequest (a 400; nothing is stored)."""
     if not usable_conversation_id(value):
         raise InvalidRequest(

@@ -40,6 +40,7 @@ from proxy.compaction.compactor import Compactor
 from proxy.compaction.spending import ledger_view
 from proxy.config.ops import AdminSettings
 from proxy.config.sections import SummarizerSettings
+from proxy.config.store import ConversationSettings
 from proxy.core.plan_view import describe_checkpoint, describe_plan, describe_record
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.base import Dialect
@@ -52,7 +53,6 @@ from proxy.ops.admin.responses import AdminJSON, describe_info, error_response
 from proxy.ops.console.pages import console_routes
 from proxy.state import timeline
 from proxy.state.conversations import Store
-from proxy.state.settings import ConversationSettings
 from proxy.state.tenancy import Tenancy, validate_conversation_id
 
 Handler = Callable[[Request, str], Awaitable[Response]]
