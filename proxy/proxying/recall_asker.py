@@ -11,14 +11,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from proxy import tracing, wirejson
+from proxy.compaction import protocol
 from proxy.compaction.recall import RecallSession
 from proxy.compaction.recall_contract import Answered, CallStrip, ModelReply, ToolCall
 from proxy.proxying.recall_usage import round_usage
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
-
-RECALLS = b"x-compaction-recalls"
-RECALL_TOKENS = b"x-compaction-recall-tokens"
 
 Send = Callable[[bytes], Awaitable[UpstreamResponse]]
 
@@ -79,4 +77,7 @@ class Asker:
 
     def headers(self) -> RawHeaders:
         tokens = self.session.round_tokens(self.tails)
-        return [(RECALLS, str(len(self.tails)).encode()), (RECALL_TOKENS, str(tokens).encode())]
+        return [
+            (protocol.RECALLS_BYTES, str(len(self.tails)).encode()),
+            (protocol.RECALL_TOKENS_BYTES, str(tokens).encode()),
+        ]
