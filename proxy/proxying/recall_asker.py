@@ -1,4 +1,4 @@
-"""The recall rounds of one request, one at a time (issue 20): a reply's recall calls answered
+"""The recall rounds of one request, one at a time: a reply's recall calls answered
 from the originals and the request sent again with them; what the rounds were billed. The loop
 (``recall_loop.py``) and a stream that recalls after its text (``recall_stream.py``) share one
 ``Asker`` per request, so ``recall.max_rounds`` and ``recall.timeout_seconds`` bound them all.

@@ -1,5 +1,5 @@
 """A streamed answer that showed text, relayed event by event while the recall loop keeps
-watching it (issue 20, docs/recall.md): models often write a sentence, then call a tool.
+watching it (docs/recall.md): models often write a sentence, then call a tool.
 
 - Text goes out as it comes: the client waits for nothing.
 - From the first event that starts a tool call to the end of the answer, events are held (a

@@ -1,4 +1,4 @@
-"""The ``recalled`` variant of ``eval --recall`` (issue 20): each probe asked through the proxy
+"""The ``recalled`` variant of ``eval --recall``: each probe asked through the proxy
 that replayed the transcript, with the model under test behind it, so the model may fetch back
 what compaction removed with the recall tool and the proxy answers it as it would for a client.
 
