@@ -75,8 +75,8 @@ def create_app(
     # What the routes and compaction tell operator features (metrics, hooks, export, recorder).
     listeners = Listeners()
     metrics.subscribe(listeners)
-    NativeMetrics(metrics.registry).subscribe(listeners)  # strategy native (issue 21)
-    RecallMetrics(metrics.registry).subscribe(listeners)  # issue 20
+    NativeMetrics(metrics.registry).subscribe(listeners)  # strategy native
+    RecallMetrics(metrics.registry).subscribe(listeners)  # the recall tool
     counter = counter or TokenCounter(settings.model_table())
     tokenizer: list[asyncio.Future[bool]] = []  # the start-up load, for /readyz
     tenancy = store.tenancy if store is not None else Tenancy.from_settings(settings.store)

@@ -2,7 +2,7 @@
 canonical bytes that hashes and cache keys are made of.
 
 orjson does the work (several times faster than the standard library on long conversations,
-issue 9). It refuses a few things a provider accepts, and the standard library takes over for
+which every compacted request parses and hashes). It refuses a few things a provider accepts, and the standard library takes over for
 those, so its speed never costs a request: a lone surrogate (``"\\ud800"``, valid JSON text,
 invalid UTF-8 once decoded) and integers beyond 64 bits (which orjson would read as floats).
 What neither can take (nesting deeper than about a thousand levels, integers of thousands of
@@ -15,7 +15,7 @@ unreadable (a ValueError), so no parser, ``str`` or writer ever descends into it
 ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON, but Python's ``json.dumps`` writes them by
 default (a ``temperature`` a client computed, a schema's bound) and the standard library reads
 them. A body holding one goes out as it came: parsed as ``NonFinite`` floats, which orjson
-refuses, so the standard library writes the body again with the same tokens (issue 17; orjson
+refuses, so the standard library writes the body again with the same tokens (orjson
 would write ``null``).
 """
 

@@ -1,5 +1,7 @@
-"""The shape of proxy/ (issue 18, docs/architecture.md): imports run one way with no cycle, each
-folder imports only what its allow-list names, nothing but the composition root imports ops, and
+"""The shape of proxy/ (docs/architecture.md): imports run one way with no cycle, between modules
+or between layers; every layer (each folder under proxy/ and each module at its top) imports only
+what its allow-list names, and the allow-lists themselves run one way; nothing but the
+composition root imports ops; the names of the proxy's headers are spelled in one module each;
 no module grows past 400 lines.
 
 The import graph is read from the source with ``ast``: every ``import`` and ``from ... import``,
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,17 +24,42 @@ import pytest
 from tests.support.paths import REPO_ROOT
 
 # A module's layer: its folder under proxy/ (core, state, ...) or, at the top, its own name
-# (errors, types, app, ...). What each layer may import besides itself and the root package; a
-# layer not named here (config, events, ops, tools, app, cli) is held by the other rules only.
-CONTRACT = {"errors", "types", "wirejson"}  # the shared leaves, which import only one another
+# (errors, types, app, ...). What each layer may import besides itself and the root package.
+# Every layer has a row (tested), and the rows run one way (tested): a layer may import only
+# layers below it, so the allow-lists cannot admit a cycle between layers.
+CONTRACT = {"errors", "types", "wirejson"}  # the shared leaves: errors below the other two
 # The spans of the request path (over opentelemetry-api; imports nothing of ours): every layer
 # that does I/O may open one; core stays pure.
 TRACING = "tracing"
-ROUTE_SIDE_NEVER = {"ops", "tools", "app", "cli", "__main__"}
-ALLOWED: dict[str, set[str] | None] = {
+# What the request path is built from: the layers proxying, the route, may use.
+REQUEST_PATH = {
+    "compaction",
+    "config",
+    "core",
+    "dialects",
+    "economics",
+    "events",
+    "server",
+    "state",
+    "upstream",
+    TRACING,
+    *CONTRACT,
+}
+ALLOWED: dict[str, set[str]] = {
+    # The leaves: nothing of ours, or only the error types.
+    "errors": set(),
+    "types": {"errors"},
+    "wirejson": {"errors"},
+    TRACING: set(),
+    "events": set(),  # the listeners' registry: it knows no listener
+    # The pure core: rules over neutral messages, no I/O.
     "core": CONTRACT,
+    # The YAML contract: the sections of every part, over the core's policy settings.
+    "config": {"core", *CONTRACT},
+    "economics": {"config", "core", *CONTRACT},
     "state": {"core", "config", "events", TRACING, *CONTRACT},
-    "upstream": {"config", "errors", "types"},
+    "upstream": {"config", *CONTRACT},
+    "server": {"config", *CONTRACT},  # the HTTP server's own parts, which know no route
     "compaction": {
         "state",
         "core",
@@ -42,17 +70,30 @@ ALLOWED: dict[str, set[str] | None] = {
         TRACING,
         *CONTRACT,
     },
-    "economics": {"config", "core", *CONTRACT},
     "dialects": {"compaction", "core", *CONTRACT},
-    "errors": CONTRACT,
-    "types": CONTRACT,
-    "wirejson": CONTRACT,
-    TRACING: set(),
-    "proxying": None,  # None: every layer but ROUTE_SIDE_NEVER
-    "server": None,
+    "proxying": REQUEST_PATH,
+    # Operator features, which hear events; the composition root wires them in.
+    "ops": {"proxying", *REQUEST_PATH},
+    "app": {"ops", "proxying", *REQUEST_PATH},  # the composition root
+    "tools": {"app", "proxying", *REQUEST_PATH},  # offline commands over the real parts
+    "cli": {"app", "tools", *REQUEST_PATH},
+    "__main__": {"cli"},
 }
 # Who may import proxy.ops: the composition root and ops itself (everyone else hears events).
 OPS_IMPORTERS = {"ops", "app", "cli", "__main__"}
+# Where the names of the proxy's headers are spelled: its own X-Compaction* headers in the
+# protocol module; the headers that name a conversation (X-Conversation-Id, the agents' session
+# headers) in the default of the setting that lists them, in config, which sits below compaction
+# and so cannot import the protocol module.
+HEADER_HOMES = {
+    "proxy/compaction/protocol.py": re.compile(r"x-compaction(-[a-z]+)*"),
+    "proxy/config/store.py": re.compile(
+        r"x-conversation-id|x-claude-code-session-id|thread-id|session-id|x-session-id"
+    ),
+}
+# A literal that is a header's name: the name alone, or with the punctuation of a header line or
+# an SSE comment (": name", "name: %s"); a sentence that mentions a header is prose, not a name.
+_PLACEHOLDER = re.compile(r"%[a-z]|\{[^}]*\}")
 MAX_LINES = 400
 # Modules allowed past MAX_LINES, each with its reason (none today: keep it so).
 LONG_MODULES: dict[str, str] = {}
@@ -190,10 +231,48 @@ def allowed(source_layer: str) -> set[str] | None:
     """The layers ``source_layer`` may import (itself included); None: no allow-list holds it."""
     if source_layer not in ALLOWED:
         return None
-    listed = ALLOWED[source_layer]
-    if listed is None:
-        listed = {layer(m) for m in GRAPH.files} - ROUTE_SIDE_NEVER
-    return {source_layer, "", *listed}
+    return {source_layer, "", *ALLOWED[source_layer]}
+
+
+def layer_edges(graph: ImportGraph) -> dict[tuple[str, str], Import]:
+    """One import for each pair of layers (importing, imported) that are not the same."""
+    found: dict[tuple[str, str], Import] = {}
+    for edge in graph.edges:
+        pair = (layer(edge.source), layer(edge.target))
+        if pair[0] != pair[1] and "" not in pair:
+            found.setdefault(pair, edge)
+    return found
+
+
+def layer_cycles(following: dict[str, set[str]]) -> list[list[str]]:
+    """One shortest cycle per group of layers that reach one another (each group once)."""
+    found: list[list[str]] = []
+    covered: set[str] = set()
+    for start in sorted(following):
+        if start in covered:
+            continue
+        came_from: dict[str, str] = {}
+        frontier, path = [start], None
+        while frontier and path is None:  # breadth first: the first return to start is shortest
+            reached = []
+            for name in frontier:
+                for target in sorted(following.get(name, ())):
+                    if target == start:
+                        path = [name]
+                        while path[-1] != start:
+                            path.append(came_from[path[-1]])
+                        break
+                    if target not in came_from:
+                        came_from[target] = name
+                        reached.append(target)
+                if path is not None:
+                    break
+            frontier = reached
+        if path is not None:
+            cycle = [*reversed(path), start]
+            covered.update(cycle)
+            found.append(cycle)
+    return found
 
 
 def report(title: str, lines: list[str]) -> str:
@@ -238,6 +317,54 @@ def test_no_import_cycles() -> None:
     assert not found, report("import cycles", lines)
 
 
+def test_every_layer_has_an_allow_list() -> None:
+    layers = {layer(m) for m in GRAPH.files} - {""}
+    assert layers - set(ALLOWED) == set(), "layers without a row in ALLOWED"
+    assert set(ALLOWED) - layers == set(), "rows in ALLOWED for layers that are gone"
+
+
+def test_no_cycles_between_layers() -> None:
+    """Modules without a cycle can still tie layers together (config.settings -> state.settings
+    -> config.sections was one): each layer's imports, taken together, run one way."""
+    edges = layer_edges(GRAPH)
+    following: dict[str, set[str]] = {}
+    for source, target in edges:
+        following.setdefault(source, set()).add(target)
+    lines = [
+        " -> ".join(cycle)
+        + "  ["
+        + ", ".join(str(edges[s]) for s in itertools.pairwise(cycle))
+        + "]"
+        for cycle in layer_cycles(following)
+    ]
+    assert not lines, report("cycles between layers", lines)
+
+
+def test_the_allow_lists_run_one_way() -> None:
+    rows = {name: set(listed) - {name} for name, listed in ALLOWED.items()}
+    cycles = [" -> ".join(cycle) for cycle in layer_cycles(rows)]
+    assert not cycles, report("allow-lists that admit a cycle between layers", cycles)
+
+
+def test_the_layer_cycle_finder_finds_one(tmp_path: Path) -> None:
+    """On a package made for it: modules without a cycle whose layers import each other."""
+    root = tmp_path / "pkg"
+    for folder in ("config", "state"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "config" / "settings.py").write_text("from pkg.state import settings\n")
+    (root / "state" / "settings.py").write_text("from pkg.config import sections\n")
+    (root / "config" / "sections.py").write_text("")
+    graph = ImportGraph(root)
+    assert graph.cycles() == []
+    following: dict[str, set[str]] = {}
+    for source, target in layer_edges(graph):
+        following.setdefault(source, set()).add(target)
+    assert layer_cycles(following) == [["config", "state", "config"]]
+    assert layer_cycles({"a": {"b"}, "b": {"c"}}) == []
+
+
 @pytest.mark.parametrize("source", sorted(ALLOWED))
 def test_each_layer_imports_only_its_allow_list(source: str) -> None:
     may = allowed(source)
@@ -257,6 +384,61 @@ def test_only_the_composition_root_imports_ops() -> None:
         if layer(edge.target) == "ops" and layer(edge.source) not in OPS_IMPORTERS
     ]
     assert not wrong, report("imports of proxy.ops outside app, cli and ops", sorted(wrong))
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of a module and of its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            found.add(id(first.value))
+    return found
+
+
+def spelled_names(source: str) -> list[tuple[int, str]]:
+    """The string and bytes literals of ``source`` that are a header's name (line, literal)."""
+    tree = ast.parse(source)
+    skip = docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or id(node) in skip:
+            continue
+        value = node.value
+        if isinstance(value, bytes):
+            value = value.decode("latin-1")
+        if not isinstance(value, str):
+            continue
+        bare = _PLACEHOLDER.sub("", value).strip(" :\n\t").lower()
+        if any(pattern.fullmatch(bare) for pattern in HEADER_HOMES.values()):
+            found.append((node.lineno, value))
+    return found
+
+
+def test_header_names_are_spelled_in_one_module_each() -> None:
+    wrong = []
+    for module in GRAPH.files:
+        name = GRAPH.file_of(module)
+        for line, literal in spelled_names(GRAPH.files[module].read_text(encoding="utf-8")):
+            bare = _PLACEHOLDER.sub("", literal).strip(" :\n\t").lower()
+            home = next(h for h, pattern in HEADER_HOMES.items() if pattern.fullmatch(bare))
+            if name != home:
+                wrong.append(f"{name}:{line}: {literal!r} (its home: {home})")
+    assert not wrong, report("header names spelled outside their home", sorted(wrong))
+
+
+def test_the_header_name_finder_tells_names_from_prose() -> None:
+    source = (
+        '"""X-Compaction-Recalls: a docstring may name it."""\n'
+        'A = b"x-compaction-recalls"\n'
+        'B = b": x-compaction-recalls %d\\n\\n"\n'
+        'C = "X-Conversation-Id"\n'
+        'D = "Answers carry X-Compaction-Ledger: the dollars so far."\n'
+        'E = f"{x}"\n'
+    )
+    assert [line for line, _ in spelled_names(source)] == [2, 3, 4]
+    assert {h for h in HEADER_HOMES} <= set(GRAPH.file_of(m) for m in GRAPH.files)
 
 
 def test_no_module_is_longer_than_400_lines() -> None:

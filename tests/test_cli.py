@@ -177,7 +177,8 @@ def test_access_log_can_be_switched_off(tmp_path: Path, mock) -> None:
 
 
 def test_serve_bounds_slow_clients(tmp_path: Path, mock) -> None:
-    """The limits of issue 9 hold under `serve` itself (the wire tests share its options)."""
+    """The limits on slow and oversized clients hold under `serve` itself (the wire tests share
+    its options)."""
     import socket
 
     process, port = start_serve(

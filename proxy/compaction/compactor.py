@@ -77,12 +77,12 @@ class Compactor:
             tenancy=tenancy, calibration=calibration, models=models, facts=counter.facts
         )
         self._stored = StoredCheckpoints(store)
-        # Each answer and summary priced into the conversation's ledger (issue 19).
+        # Each answer and summary priced into the conversation's ledger.
         prices = prices or PriceTable()
         self.spending = Spending(
             prices=prices, ledgers=store.ledgers, listeners=listeners, clock=clock
         )
-        # Each conversation's growth, last request and summaries not applied yet (issue 19).
+        # Each conversation's growth, last request and summaries not applied yet.
         self.paces = Paces(store.ledgers, listeners, clock=clock)
         self._summaries = Summaries(
             store=store,
@@ -94,7 +94,7 @@ class Compactor:
             spending=self.spending,
             paces=self.paces,
         )
-        # What compaction removed, kept for the model's recall tool (issue 20).
+        # What compaction removed, kept for the model's recall tool.
         self.recall = Recall(
             settings.recall,
             originals=store.originals,

@@ -1,4 +1,4 @@
-"""The crossing between the route and compaction (issue 18): the route hands one ``Incoming`` to
+"""The crossing between the route and compaction: the route hands one ``Incoming`` to
 ``Compactor.decide`` and gets one ``Decision``: the body to send, the headers to add to the
 answer, and a ``FollowUp`` with named steps for after the answer (docs/architecture.md, "The
 request path").
@@ -98,7 +98,7 @@ class Decision:
     streaming: bool = False  # the client asked for SSE (an overflow may show inside the stream)
     upstream_headers: RawHeaders = field(default_factory=list)  # set on the request sent
     native: NativeAttempt | None = None
-    # The request went out with the recall tool: the forwarder answers its calls (issue 20).
+    # The request went out with the recall tool: the forwarder answers its calls.
     recall: RecallSession | None = None
     # Answered by the proxy itself: sent to the client as it is, nothing forwarded.
     reply: LocalReply | None = None

@@ -1,4 +1,4 @@
-"""``X-Compaction-Focus``: a one-off instruction for the summary made for one request (issue 20),
+"""``X-Compaction-Focus``: a one-off instruction for the summary made for one request,
 as ``/compact <focus>`` does in coding agents: "keep the database migration details".
 
 The value is one line of UTF-8 text of at most ``MAX_CHARS`` characters; anything else is a 400

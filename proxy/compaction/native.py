@@ -1,4 +1,4 @@
-"""``strategy: native``: the provider's own context management, asked for by the proxy (issue 21).
+"""``strategy: native``: the provider's own context management, asked for by the proxy.
 
 On a dialect whose provider offers it (``Translator.native``: the Responses API's
 ``context_management`` compaction, Anthropic's ``context_management.edits``), the request goes out

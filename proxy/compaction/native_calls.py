@@ -1,4 +1,4 @@
-"""One request sent with the provider's own context management (``strategy: native``, issue 21):
+"""One request sent with the provider's own context management (``strategy: native``):
 the decision to send, and what is done with the answer.
 
 The body goes out as the client sent it plus the context management the policy implies

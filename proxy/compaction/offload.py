@@ -1,4 +1,4 @@
-"""CPU work of a big request off the event loop (issue 9).
+"""CPU work of a big request off the event loop.
 
 Parsing, validation, planning and encoding are pure CPU: for a big body they run in a worker
 thread, so that other clients' requests are not held up meanwhile. Below ``OFFLOAD_BYTES`` the

@@ -1,5 +1,5 @@
 """A conversation's pace: how fast its history grows a turn, and the summaries made for it that
-no request has applied yet (issue 19, "Ahead mode without waste"; docs/policies.md).
+no request has applied yet ("Ahead mode without waste"; docs/policies.md).
 
 Ahead mode used to start a background summary as soon as a trigger was near (``soft_fraction``)
 and apply it when the trigger fired, so a conversation that ended in between paid for a summary

@@ -1,5 +1,5 @@
 """Summaries on the cached prefix: the conversation's own model, asked on the prompt it has just
-read (issue 19, "Make the summarizer cacheable"; docs/cost.md#the-summarizer-on-the-cached-prefix).
+read ("Make the summarizer cacheable"; docs/cost.md#the-summarizer-on-the-cached-prefix).
 
 The quoted summarizer (``proxy.compaction.summarizer``) sends the old turns as quoted data to
 the summarizer's model: a prompt no provider has seen, billed in full. A summary made right after

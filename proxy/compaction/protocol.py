@@ -18,7 +18,14 @@ was retried compacted harder;
 ``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far;
 under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``
 (what the provider did); ``X-Compaction-Warning: unpriced-model`` when ``trigger.pays`` is on
-and the model has no price (the price trigger cannot decide: the token thresholds alone do).
+and the model has no price (the price trigger cannot decide: the token thresholds alone do);
+``X-Compaction-Recalls`` and ``X-Compaction-Recall-Tokens`` when the proxy answered the model's
+recall calls (rounds, and the tokens they were billed; a stream that recalls after its text says
+the rounds in an SSE comment, ``: x-compaction-recalls N``).
+
+The names a client uses for its conversation (``X-Conversation-Id`` and the agents' session
+headers) are a setting's default: they are spelled once, in ``proxy.config.store``, which this
+package reads and which cannot import it.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ FOCUS = "x-compaction-focus"  # request: one line for the summary this request m
 STRATEGY = "x-compaction-strategy"  # response: the strategy that ran (native, or its fallback)
 NATIVE = "x-compaction-native"  # response: what the provider's own compaction did
 APPLIED = "x-compaction-applied"  # response: summary, stubs, dropped, joined by "+"
+RECALLS = "x-compaction-recalls"  # response: recall rounds run for this answer
+RECALL_TOKENS = "x-compaction-recall-tokens"  # response: the tokens those rounds were billed
 WARNING = "x-compaction-warning"  # response: the policy's numbers fall short (headroom,
 # unpriced-model: trigger.pays is on but the model has no price; the token thresholds decide)
 
@@ -64,6 +73,8 @@ _APPLIED = APPLIED.encode()
 _WARNING = WARNING.encode()
 STRATEGY_BYTES = STRATEGY.encode()
 NATIVE_BYTES = NATIVE.encode()
+RECALLS_BYTES = RECALLS.encode()
+RECALL_TOKENS_BYTES = RECALL_TOKENS.encode()
 UNPRICED_WARNING = (_WARNING, b"unpriced-model")
 
 

@@ -1,4 +1,4 @@
-"""Events of the recall tool (issue 20), heard by ``proxy/ops/recall_metrics.py``."""
+"""Events of the recall tool, heard by ``proxy/ops/recall_metrics.py``."""
 
 from __future__ import annotations
 

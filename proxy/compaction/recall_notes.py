@@ -1,4 +1,4 @@
-"""What a plan removed, named so the model can fetch it back (issue 20, docs/recall.md).
+"""What a plan removed, named so the model can fetch it back (docs/recall.md).
 
 Two kinds of piece are kept: a tool result the plan cleared (its stub now names its handle and
 what it was) and, under a summary, what the summary covers, as a plain transcript cut into

@@ -34,7 +34,7 @@ def with_cache_key(conv: Conversation, body: dict[str, Any]) -> dict[str, Any]:
     Only a body the proxy rewrites carries it: one it leaves alone goes out as the client's
     bytes. A compacted conversation stays compacted (an applied summary stays active, a stub
     stays), so from its first rewritten request on, every request of it carries the same key
-    and is routed to the same cache (issue 19)."""
+    and is routed to the same cache."""
     field = conv.dialect.cache_key_field if conv.dialect is not None else None
     if field is None or not conv.cache_key or field in body:
         return body

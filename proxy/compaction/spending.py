@@ -1,5 +1,5 @@
 """What each answered request and each summary cost: priced, added to the conversation's ledger,
-told as events (issue 19, docs/cost.md).
+told as events (docs/cost.md).
 
 After an answer the follow-up hands over the usage the provider reported (``BilledUsage``,
 cached tokens included); this prices it at the conversation's model (``PriceTable``), weighs it

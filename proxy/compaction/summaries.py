@@ -149,7 +149,7 @@ class Summaries:
         """The summarizer's text for ``wanted``, as a new checkpoint (not stored yet)."""
         own = self._settings.for_policy(conv.policy, request_model=conv.model)
         started = time.perf_counter()
-        # Counting and hashing a huge history is CPU work: off the event loop (issue 17).
+        # Counting and hashing a huge history is CPU work: off the event loop.
         counter = self._counter.with_facts(conv.facts)
         input_tokens = await work(
             conv.heavy, counter.count_messages, list(wanted.messages), conv.model
@@ -179,7 +179,7 @@ class Summaries:
                 parent_id=parent_id,
                 summary_tokens=summary_tokens,
                 # With $request the label is the client's model name: encodable text
-                # for the store, the admin API and the export sinks (issue 17).
+                # for the store, the admin API and the export sinks.
                 model=well_formed(model),
                 strategy="summarize" if triggered else AHEAD,
                 dropped_messages=len(wanted.messages),  # pinned ones are sent, not dropped

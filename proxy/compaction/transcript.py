@@ -2,8 +2,8 @@
 into chunks of one summarizer call each, and the identifiers a summary must not lose.
 
 Text work in proportion to the input (``proxy.compaction.summarizer`` runs it in a worker
-thread). Old turns are hostile input (issue 3): every line is escaped as the summarizer's
-transcript; a lone surrogate becomes U+FFFD (issue 17).
+thread). Old turns are hostile input: every line is escaped as the summarizer's
+transcript; a lone surrogate becomes U+FFFD.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def transcript_line(message: dict[str, Any]) -> str:
     calls = calls_text(message)
     if calls:
         parts.append(f"[calls] {calls}")
-    # A lone surrogate becomes U+FFFD: the summarizer reads the rest of the message (issue 17).
+    # A lone surrogate becomes U+FFFD: the summarizer reads the rest of the message.
     return well_formed(escape_tags(f"{label}: " + "\n".join(p for p in parts if p)))
 
 
@@ -193,7 +193,7 @@ def identifiers(text: str) -> list[str]:
     found: dict[str, int] = {}
     offset = 0
     # Piece by piece, cut between words (no identifier holds a space): one regex search holds
-    # the GIL until it finds a match, ~50 ms over megabytes without one (issue 17).
+    # the GIL until it finds a match, ~50 ms over megabytes without one.
     for piece in pieces(text, _IDENTIFIER_PIECE_CHARS):
         for pattern in _IDENTIFIERS:
             for match in pattern.finditer(piece):
@@ -203,7 +203,7 @@ def identifiers(text: str) -> list[str]:
         offset += len(piece)
     # A path inside a URL (or a number inside a path) is covered by the longer identifier: one
     # that starts no later and ends no sooner. Spans, not substring tests of every pair: a
-    # transcript may hold hundreds of thousands of identifiers (issue 17).
+    # transcript may hold hundreds of thousands of identifiers.
     kept: list[str] = []
     reach = -1  # where the furthest-reaching identifier kept so far ends
     for value in sorted(found, key=lambda v: (found[v], -len(v))):

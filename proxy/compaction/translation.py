@@ -1,4 +1,5 @@
-"""What compaction needs of a wire dialect: translation only.
+"""What compaction needs of a wire dialect: translation, and the shapes of its native
+compaction and of the recall tool.
 
 A dialect (``proxy.dialects``) parses its wire body, gives the conversation in the core's neutral
 model and renders a plan back. Compaction knows dialects through this protocol alone, so it
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.compaction.native import NativeAdapter
+from proxy.compaction.recall_contract import RecallShape
 from proxy.core.facts import FactLookup
 from proxy.core.planner import Plan
 
@@ -34,6 +36,9 @@ class Translator(Protocol):
     cache_key_field: str | None
     # The API's own context management (``strategy: native``); None: it has none.
     native: NativeAdapter | None
+    # The recall tool in this dialect's shape (offered, read back, answered:
+    # ``proxy.compaction.recall_contract``); None: recall is never offered on this route.
+    recall: RecallShape | None
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         """The parsed body; InvalidRequest when no request of this dialect could be valid."""

@@ -1,4 +1,4 @@
-"""The ``pricing:`` section: dollars per million tokens, per model glob (issue 19).
+"""The ``pricing:`` section: dollars per million tokens, per model glob.
 
 The proxy prices what each response says the provider billed (the per-conversation ledger) and
 weighs a compaction's one-time cost against what it saves (the price-aware decision). A built-in

@@ -3,7 +3,7 @@
 
 Sections are frozen pydantic models; every key has a default and a description. Each part of the
 proxy is given only its own section. The sections of operator features are in
-``proxy.config.ops``, those of state beside it (``proxy.state.settings``).
+``proxy.config.ops``, those of the store and of conversations in ``proxy.config.store``.
 """
 
 from __future__ import annotations

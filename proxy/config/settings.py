@@ -1,9 +1,9 @@
 """The root of the settings: one YAML file, read once at start-up (docs/configuration.md).
 
-``Settings`` is assembled from section models that live with what they configure
-(``proxy.config.sections`` for the request path, ``proxy.config.ops`` for operator features,
-``proxy.config.pricing`` for prices, ``proxy.state.settings`` for the store); each part of the
-proxy is given only its own section.
+``Settings`` is assembled from the section models of this package (``proxy.config.sections`` for
+the request path, ``proxy.config.ops`` for operator features, ``proxy.config.pricing`` for prices,
+``proxy.config.recall`` for recall, ``proxy.config.store`` for the store and conversations) and
+core's ``PolicySettings``; each part of the proxy is given only its own section.
 ``load_settings`` / ``parse_settings`` read a file through ``proxy.config.loading`` (``${ENV}``
 references, errors naming the key path and line) and apply the environment overrides.
 
@@ -43,9 +43,9 @@ from proxy.config.sections import (
     Timeouts,
     UpstreamSettings,
 )
+from proxy.config.store import ConversationSettings, StoreSettings
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.errors import ConfigError
-from proxy.state.settings import ConversationSettings, StoreSettings
 
 __all__ = [
     "CONFIG_PATH_ENV",

@@ -28,7 +28,7 @@ from proxy.core.facts import FactLookup
 # Versioned seed: a change of canonical encoding must never match chains written by the old one.
 # v3: function_call, refusal and audio hashed; one running SHA-256 over JSON arrays (orjson).
 # v4: the running SHA-256 is over each message's own SHA-256 (``message_digest``), which is
-# cached per message (proxy.core.facts): a history seen before is not hashed again (issue 9).
+# cached per message (proxy.core.facts): a history seen before is not hashed again.
 _SEED = hashlib.sha256(b"compaction-proxy/chain/v4").digest()
 
 RECORD_VERSION = 1
@@ -182,7 +182,7 @@ def extend(
 ) -> Record | None:
     """The record with ``checkpoint`` added, or None when it must not be written.
 
-    The conditional-write rule (issue 4): a checkpoint is written only if it extends what is
+    The conditional-write rule: a checkpoint is written only if it extends what is
     stored: the record is empty, its parent is still present, or it covers more than anything
     stored. A checkpoint already present returns the record unchanged (an idempotent retry); one
     whose parent an operator retired or corrected meanwhile is refused (it was summarized from a
@@ -252,7 +252,7 @@ def encode_record(record: Record) -> bytes:
     if retired:  # absent unless an operator restored: a record without it reads as before
         data["retired"] = retired
     # wirejson: text no UTF-8 encoder takes (a lone surrogate in a model name that came from a
-    # client) is written as its JSON escape instead of failing the store (issue 17).
+    # client) is written as its JSON escape instead of failing the store.
     return wirejson.encode(data)
 
 

@@ -56,7 +56,7 @@ def clear_tool_results(
         cleared.append(i)
     if not cleared:
         # Nothing stubbed: the very list that came in, so the plan is unchanged and the client's
-        # bytes go out (issue 19: a copy here reported every such request as "applied").
+        # bytes go out (a copy here reported every such request as "applied").
         return source, counts, ()
     return working, cleared_counts, tuple(cleared)
 

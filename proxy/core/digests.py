@@ -15,7 +15,7 @@ from proxy import wirejson
 
 # The fields of a message that the model reads (OpenAI's chat message schema), so the ones that
 # decide what the history *says*: two histories that differ in any of them must never share a
-# summary (issue 9: a legacy function_call's arguments were left out). Anything else (provider
+# summary (a legacy function_call's arguments were left out). Anything else (provider
 # extensions, cache hints that clients move from message to message) is not hashed.
 HASHED_FIELDS = (
     "role",
@@ -42,7 +42,7 @@ def canonical_message(message: Message) -> bytes:
     A JSON array of the fields' values in HASHED_FIELDS order: self-delimiting, so a history's
     messages can be hashed one after the other; objects inside (tool calls, content parts) have
     their keys sorted, independent of how the client ordered them. orjson writes it in one call
-    per message (issue 9: the chain is hashed on every compacted request).
+    per message (the chain is hashed on every compacted request).
     """
     get = message.get
     values = [get(name) for name in HASHED_FIELDS]

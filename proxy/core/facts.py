@@ -1,5 +1,5 @@
 """What is known about one message, cached by its exact content: that it passed validation, its
-token count per encoding and its digest in the checkpoint chain (issue 9: "one pass for
+token count per encoding and its digest in the checkpoint chain ("one pass for
 validation + hashing + counting with the per-message caches"). A message seen on an earlier turn
 costs one dict lookup, not a validation, a tokenization and a SHA-256 of its text.
 

@@ -6,7 +6,7 @@ messages before the first user message that are not system form interaction 0. A
 message in the middle of the conversation belongs to the interaction it sits in, so the
 preamble stays a contiguous prefix and "messages[:covered]" means the same thing everywhere.
 
-Cut points (issue 10, "Agent runs compact too"): every interaction start, and every *round
+Cut points ("Agent runs compact too"): every interaction start, and every *round
 boundary* inside an interaction: the index right after the last result of a tool round (an
 assistant message with tool calls, or a legacy ``function_call``, plus its answers). A cut
 point is kept only where no call is separated from its answer: a malformed history (a result

@@ -24,7 +24,7 @@ DEFAULT_MAX_CHARS = 16_000
 _TRUNCATED = "\n[summary truncated]"
 _MARKER_TOKENS = 8  # what _TRUNCATED costs, rounded up
 
-# Bounds on a stored summary, from summarizer.max_summary_tokens (issue 9: a summarizer that
+# Bounds on a stored summary, from summarizer.max_summary_tokens (a summarizer that
 # returned 10 MB made an 84 MB record and stalled the event loop for 4 s). A model told
 # max_tokens stays under it; the rest is room for the "kept verbatim" list of identifiers.
 _VERBATIM_TOKENS = 1024
@@ -68,7 +68,7 @@ DEFAULT_FINAL_PROMPT = f"{FRAME}\n\n{PLACEHOLDER}"
 
 def check_final_prompt(template: str) -> str:
     """``template`` if usable: one placeholder, after some text. That leading text is how the
-    proxy tells its own summary, echoed back by a client, from a client's message (issue 9)."""
+    proxy tells its own summary, echoed back by a client, from a client's message."""
     if template.count(PLACEHOLDER) != 1:
         raise ValueError(f"must contain {PLACEHOLDER} exactly once")
     if not template.split(PLACEHOLDER)[0].strip():
@@ -104,7 +104,7 @@ def is_agent_summary(message: dict[str, Any], *, final_prompt: str | None = None
     """A system message this proxy injected (echoed back by a client): wrapped in the tags from
     start to end *and* opening with our own frame (the built-in one, or ``final_prompt``'s). A
     client's own message that merely uses the tag (``<agent_summary>x</agent_summary>``) is its
-    content and is never dropped (issue 9)."""
+    content and is never dropped."""
     content = message.get("content")
     if message.get("role") != "system" or not isinstance(content, str):
         return False

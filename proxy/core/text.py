@@ -1,4 +1,4 @@
-"""Text that JSON carries and UTF-8 does not: lone surrogates (issue 17).
+"""Text that JSON carries and UTF-8 does not: lone surrogates.
 
 ``"\\ud800"`` is valid JSON (some tokenizers and truncating editors produce one), and Python
 reads it into a ``str`` that no UTF-8 encoder takes. Forwarded, it goes out as the same escape

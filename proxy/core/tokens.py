@@ -51,7 +51,7 @@ TOOL_FUNCTION_TOKENS = 7
 APPROX_BYTES_PER_TOKEN = 4
 # Texts longer than this are counted in pieces: tiktoken returns a list of every token, and
 # building millions of Python ints holds the GIL, so counting a 24 MB message stalled the event
-# loop for ~70 ms even from a worker thread (issue 17). Pieces keep each hold to ~3 ms, and the
+# loop for ~70 ms even from a worker thread. Pieces keep each hold to ~3 ms, and the
 # transient list to a few MB instead of ~180.
 COUNT_PIECE_CHARS = 1 << 18
 

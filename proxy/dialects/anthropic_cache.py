@@ -1,4 +1,4 @@
-"""The cache breakpoint the proxy adds to an Anthropic Messages body it rewrote (issue 19).
+"""The cache breakpoint the proxy adds to an Anthropic Messages body it rewrote.
 
 Anthropic caches a prompt's prefix only at ``cache_control`` marks (the SDK's
 ``CacheControlEphemeralParam``: ``{"type": "ephemeral"}``, optionally ``"ttl": "5m" | "1h"``), on

@@ -323,7 +323,7 @@ class AnthropicMessages:
     name = "messages"
     history_field = "messages"
     cache_key_field = None  # Anthropic caches at cache_control breakpoints (see render)
-    recall = ANTHROPIC_RECALL  # the recall tool in this dialect's shape (issue 20)
+    recall = ANTHROPIC_RECALL  # the recall tool in this dialect's shape
     records = False
     native = ANTHROPIC_NATIVE  # context_management.edits (strategy: native)
 

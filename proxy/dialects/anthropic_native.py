@@ -1,4 +1,4 @@
-"""Anthropic's context management, as ``strategy: native`` asks for it (issue 21).
+"""Anthropic's context management, as ``strategy: native`` asks for it.
 
 Wire format from anthropic-sdk-python 0.121.0 (``types/beta/``):
 ``beta_context_management_config_param.py`` (``context_management: {"edits": [...]}``),

@@ -40,7 +40,7 @@ class ChatCompletions:
     cache_key_field = "prompt_cache_key"
     records = True
     native = None  # chat completions has no context management of the provider's
-    recall = CHAT_RECALL  # the recall tool in this dialect's shape (issue 20)
+    recall = CHAT_RECALL  # the recall tool in this dialect's shape
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         return parse_chat_body(raw)

@@ -272,7 +272,7 @@ class Responses:
     name = "responses"
     history_field = "input"
     cache_key_field = "prompt_cache_key"
-    recall = RESPONSES_RECALL  # the recall tool in this dialect's shape (issue 20)
+    recall = RESPONSES_RECALL  # the recall tool in this dialect's shape
     records = False
     native = RESPONSES_NATIVE  # context_management compaction (strategy: native)
 

@@ -1,4 +1,4 @@
-"""The Responses API's own context management, as ``strategy: native`` asks for it (issue 21).
+"""The Responses API's own context management, as ``strategy: native`` asks for it.
 
 Wire format from openai-python 3.3.1 (``types/responses/response_create_params.py``
 ``ContextManagement``: ``{"type": "compaction", "compact_threshold": N}`` in the list

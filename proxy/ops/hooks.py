@@ -1,4 +1,4 @@
-"""Hooks: operator code called at two moments of compaction (issue 12; docs/operations.md).
+"""Hooks: operator code called at two moments of compaction (docs/operations.md).
 
 A hook is a class named in the config (``hooks: [{class: "package.module:ClassName", ...}]``),
 built once at start-up with the entry's other keys as keyword arguments. It may define either or

@@ -49,7 +49,7 @@ class _Callback(Collector):
 class WholeCounter(Counter):
     """A counter of things that come whole (tokens): every increment is rounded. Counts are ints
     today, but one scaled by a factor (a count calibrated against the provider's usage) must not
-    put fractions like 7764.999992609024 on /metrics (issue 9)."""
+    put fractions like 7764.999992609024 on /metrics."""
 
     def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
         super().inc(round(amount), exemplar)

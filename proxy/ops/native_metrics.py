@@ -1,4 +1,4 @@
-"""What the providers' own compaction did (``strategy: native``, issue 21), on /metrics: the
+"""What the providers' own compaction did (``strategy: native``), on /metrics: the
 edits they applied, the tool uses and tokens they cleared, the requests whose fields they
 refused. Hears ``proxy.compaction.native_calls``'s events."""
 

@@ -1,4 +1,4 @@
-"""The recall tool's counters on /metrics (issue 20), from the events of
+"""The recall tool's counters on /metrics, from the events of
 ``proxy/compaction/recall_events.py``."""
 
 from __future__ import annotations

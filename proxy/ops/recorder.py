@@ -17,10 +17,10 @@ import os
 
 from proxy import wirejson
 from proxy.config.settings import RecordSettings
+from proxy.config.store import ConversationSettings
 from proxy.errors import ProxyError
 from proxy.events import Listeners
 from proxy.proxying.events import RequestRead
-from proxy.state.settings import ConversationSettings
 
 logger = logging.getLogger("proxy.recorder")
 

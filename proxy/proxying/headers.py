@@ -24,8 +24,8 @@ HOP_BY_HOP = frozenset(
 # Answered at our hop, never forwarded: the server sends the client its "100 Continue" when the
 # proxy starts reading the body (uvicorn does, on the first receive). Forwarded, it would make
 # the upstream client wait for the provider's 100 before sending the body, and many providers
-# send none until they have the body: each such request would hold a connection for ever
-# (issue 17). RFC 9110 section 10.1.1 lets the recipient of an expectation satisfy it.
+# send none until they have the body: each such request would hold a connection for ever.
+# RFC 9110 section 10.1.1 lets the recipient of an expectation satisfy it.
 HANDLED_HERE = frozenset({b"expect"})
 
 

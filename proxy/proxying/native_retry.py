@@ -1,5 +1,5 @@
 """The answer to a request sent with the provider's own context management (``strategy:
-native``, issue 21), looked at before it is relayed.
+native``), looked at before it is relayed.
 
 An error that refuses the fields (an older API version, a compatible server without them) is
 never shown to the client, who did not send them: the client's request goes out again as it

@@ -10,7 +10,7 @@ make us hold, since a longer body is relayed as it arrives, prefix first, never 
 a stream until its first event that is not an opening one, and at most
 ``upstream.stream_hold_seconds``. A provider fails an input too long as soon as it has read it,
 while a reasoning model may think for seconds before its first output: past the hold its
-``response.created`` goes out, so a client showing progress shows it (issue 17). Once it is
+``response.created`` goes out, so a client showing progress shows it. Once it is
 out, the stream is the provider's: a later failure reaches the client as sent (a retry's stream
 is another response, with another id, which the SDKs refuse in the same stream).
 

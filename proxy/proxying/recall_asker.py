@@ -1,4 +1,4 @@
-"""The recall rounds of one request, one at a time (issue 20): a reply's recall calls answered
+"""The recall rounds of one request, one at a time: a reply's recall calls answered
 from the originals and the request sent again with them; what the rounds were billed. The loop
 (``recall_loop.py``) and a stream that recalls after its text (``recall_stream.py``) share one
 ``Asker`` per request, so ``recall.max_rounds`` and ``recall.timeout_seconds`` bound them all.
@@ -11,14 +11,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from proxy import tracing, wirejson
+from proxy.compaction import protocol
 from proxy.compaction.recall import RecallSession
 from proxy.compaction.recall_contract import Answered, CallStrip, ModelReply, ToolCall
 from proxy.proxying.recall_usage import round_usage
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
-
-RECALLS = b"x-compaction-recalls"
-RECALL_TOKENS = b"x-compaction-recall-tokens"
 
 Send = Callable[[bytes], Awaitable[UpstreamResponse]]
 
@@ -79,4 +77,7 @@ class Asker:
 
     def headers(self) -> RawHeaders:
         tokens = self.session.round_tokens(self.tails)
-        return [(RECALLS, str(len(self.tails)).encode()), (RECALL_TOKENS, str(tokens).encode())]
+        return [
+            (protocol.RECALLS_BYTES, str(len(self.tails)).encode()),
+            (protocol.RECALL_TOKENS_BYTES, str(tokens).encode()),
+        ]

@@ -1,4 +1,4 @@
-"""The recall rounds of one request (issue 20, docs/recall.md): the provider's answer is looked
+"""The recall rounds of one request (docs/recall.md): the provider's answer is looked
 at just long enough to know whether it calls the proxy's recall tool; if it does, the proxy
 answers the call from the originals, asks again, and the client only ever receives the final
 answer.

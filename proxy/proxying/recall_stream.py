@@ -1,5 +1,5 @@
 """A streamed answer that showed text, relayed event by event while the recall loop keeps
-watching it (issue 20, docs/recall.md): models often write a sentence, then call a tool.
+watching it (docs/recall.md): models often write a sentence, then call a tool.
 
 - Text goes out as it comes: the client waits for nothing.
 - From the first event that starts a tool call to the end of the answer, events are held (a
@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from proxy import wirejson
+from proxy.compaction import protocol
 from proxy.compaction.recall_contract import TOOL, StreamSplice
 from proxy.errors import ProxyError
 from proxy.proxying.recall_asker import Asker
@@ -202,7 +203,7 @@ class RecallStream:
         self._chunks = response.iter_raw()
         self._current, self._watched = [], 0
         self._splice = self._shape.splice(relayed)
-        return b": x-compaction-recalls %d\n\n" % len(self._asker.tails), True
+        return b": %s %d\n\n" % (protocol.RECALLS_BYTES, len(self._asker.tails)), True
 
 
 def usage_events(events: list[dict[str, Any]]) -> bytes:

@@ -1,4 +1,4 @@
-"""The usage a client gets after recall rounds (issue 20, docs/recall.md): the final call's, with
+"""The usage a client gets after recall rounds (docs/recall.md): the final call's, with
 each round's top-level usage numbers added (``prompt_tokens``/``input_tokens``,
 ``completion_tokens``/``output_tokens``, ``total_tokens``, cache counts: whichever the final
 usage has). A whole answer's ``usage`` is rewritten; in a stream, each event carrying usage (a

@@ -61,7 +61,7 @@ class CancelOnDisconnect:
         the upload, so the forwarding task is cancelled; when it runs it in the forwarding task
         (httpx), the exception the iterator raises unwinds it (cancelling too would leave
         httpcore's connection open and its pool slot taken, the provider waiting for the rest
-        of the body: issue 17).
+        of the body).
         """
         if not self.disconnected and self._task is not None:
             self.disconnected = True
@@ -110,8 +110,8 @@ class NoticeDisconnect:
 
     Used while compaction decides on a request: an inline summary started for it is let finish
     and stored (the client's retry uses it instead of paying for another), but a client gone by
-    then gets nothing sent upstream, where it would be billed for an answer nobody reads
-    (issue 17). Call ``watch()`` once the request body has been read (the watcher and a body
+    then gets nothing sent upstream, where it would be billed for an answer nobody reads.
+    Call ``watch()`` once the request body has been read (the watcher and a body
     reader must not both call ``receive``); a request whose body is never read is not watched.
     """
 

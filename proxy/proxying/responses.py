@@ -14,7 +14,7 @@ from proxy.upstream.content_coding import Decoder
 
 TAIL_BYTES = 8192
 # An Anthropic stream states its input and cache figures in its first event (message_start),
-# which a long answer pushes out of the tail: its head is kept too (issue 19).
+# which a long answer pushes out of the tail: its head is kept too.
 HEAD_BYTES = 4096
 
 

@@ -144,7 +144,7 @@ class CompactedRoute(_Route):
                 decision = await res.compaction.decide(incoming)
             finally:
                 notice.stop()
-            if notice.gone:  # nothing sent for a client that has left (issue 17)
+            if notice.gone:  # nothing sent for a client that has left
                 exchange.status = CLIENT_CLOSED
                 return
         except ProxyError as error:

@@ -4,7 +4,7 @@ of the caller's, and which of the caller's credentials calls made on its behalf 
 Two provider APIs are served: OpenAI's (chat completions, Responses, every other path under /v1)
 and Anthropic's (Messages, and every request carrying Anthropic's headers, whatever its path:
 both APIs have /v1/models). An Anthropic key never goes to the OpenAI-compatible upstream
-(issue 17; docs/dialects.md). A route holds the target of its API and asks it once per request
+(docs/dialects.md). A route holds the target of its API and asks it once per request
 which target the request's headers make it (``resolve``).
 """
 

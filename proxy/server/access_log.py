@@ -25,7 +25,7 @@ _SCOPE_KEY = "proxy.exchange"  # where a route's Exchange is found in the ASGI s
 @dataclass
 class Exchange:
     """What became of one request, filled in as it happens, so that the access log and the
-    metrics tell a request the client cut short as it went (issue 17). As nginx does, a client
+    metrics tell a request the client cut short as it went. As nginx does, a client
     that leaves once its response has started is logged with that response's status, the bytes
     it was sent and ``client_left``; 499 means it left before any status was sent."""
 

@@ -1,5 +1,5 @@
 """Bounds on what one client can make the proxy hold: a deadline for a request's headers, a cap
-on their size, a cap on open connections, and an idle timeout inside a request body (issue 9).
+on their size, a cap on open connections, and an idle timeout inside a request body.
 
 uvicorn bounds none of these by itself: a connection that sends nothing, or a header byte a
 second, is held for ever (it arms its keep-alive timer only after a response); httptools has no
@@ -154,7 +154,7 @@ class _Guard:
         if reading_head and self._head_too_large(data):
             # Judged before the parser sees the bytes: a head that arrives whole in one read
             # would be parsed however large, and a request line past 64 KiB is the parsers'
-            # own plain-text 400 (issue 17).
+            # own plain-text 400.
             self.limits.too_large.note()
             self._close_with(HEADERS_TOO_LARGE)
             return

@@ -27,6 +27,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import replace
 
+from proxy.config.store import StoreSettings
 from proxy.core.checkpoints import Checkpoint, Record, extend
 from proxy.errors import PayloadTooLarge, StoreError
 from proxy.state.counters import StoreCounters
@@ -37,7 +38,6 @@ from proxy.state.records import SealedRecords
 from proxy.state.resilient import ResilientBackend, StoreHealth
 from proxy.state.sealing import Sealer
 from proxy.state.secret import SharedSecret
-from proxy.state.settings import StoreSettings
 from proxy.state.store.base import Backend
 from proxy.state.store.breaker import CircuitBreaker
 from proxy.state.store.memory import MemoryBackend
@@ -94,9 +94,9 @@ class Store:
             max_listed=settings.max_listed_conversations,
         )
         self._secret = SharedSecret(self._calls, tenancy, sealer)
-        # Each conversation's ledger (issue 19), kept beside its record, sealed alike.
+        # Each conversation's ledger, kept beside its record, sealed alike.
         self.ledgers = Ledgers(self._calls, tenancy=tenancy, sealer=sealer, ttl_ms=self._ttl_ms)
-        # What compaction removed, for the model's recall tool (issue 20), sealed alike.
+        # What compaction removed, for the model's recall tool, sealed alike.
         self.originals = Originals(self._calls, tenancy=tenancy, sealer=sealer, ttl_ms=self._ttl_ms)
         self._lock_ttl_ms = int(settings.lock_ttl_seconds * 1000)
         self._max_checkpoints = settings.max_checkpoints
@@ -140,7 +140,7 @@ class Store:
         """Store ``checkpoint`` if it extends the record; False if rejected or not written."""
         key = self.tenancy.record_key(tenant, conversation_id)
         owner = self.tenancy.owner(tenant, conversation_id)
-        # The record names its conversation sealed: the stored value holds no raw id (issue 9).
+        # The record names its conversation sealed: the stored value holds no raw id.
         stored_id = self.tenancy.seal_conversation_id(tenant, conversation_id, key=key)
 
         async def write(backend: Backend) -> bool:

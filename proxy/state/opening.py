@@ -3,9 +3,9 @@ point the app calls at start-up."""
 
 from __future__ import annotations
 
+from proxy.config.store import StoreSettings
 from proxy.state.conversations import Store
 from proxy.state.sealing import Sealer
-from proxy.state.settings import StoreSettings
 from proxy.state.store.memory import MemoryBackend
 from proxy.state.tenancy import Tenancy
 

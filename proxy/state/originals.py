@@ -1,4 +1,4 @@
-"""What compaction removed from a conversation, kept so the model can fetch it back (issue 20).
+"""What compaction removed from a conversation, kept so the model can fetch it back.
 
 One sealed value per conversation, beside its checkpoints and its ledger and kept the same way:
 under a key derived from the tenant and the conversation (``Tenancy.originals_key``), sealed with

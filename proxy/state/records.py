@@ -48,7 +48,7 @@ class SealedRecords:
 
     def seal_within_limit(self, key: str, record: Record) -> bytes | None:
         """The sealed record, its oldest checkpoints dropped until it fits max_record_bytes;
-        None when the newest checkpoint alone does not fit (issue 9: a 10 MB summary made an
+        None when the newest checkpoint alone does not fit (a 10 MB summary made an
         84 MB Redis value)."""
         while True:
             raw = self.seal(key, record)

@@ -3,7 +3,7 @@
 Keys come from ``store.encryption_keys`` as ``KEYID:BASE64KEY`` (16, 24 or 32 bytes). The first key
 seals; every key opens, so records written before a rotation stay readable until their TTL ends.
 The storage key is the associated data: a value copied under another key fails to open, which is
-what makes moving ciphertext between conversations useless (issue 4).
+what makes moving ciphertext between conversations useless.
 
 Sealed layout: ``MAGIC | len(key id) | key id | 12-byte nonce | ciphertext+tag``.
 """

@@ -4,9 +4,9 @@
 conversations that see nothing of each other. Storage keys are further HMACs of the tenant and the
 conversation id, so Redis never holds a raw conversation id or any part of a credential in a key.
 A record names its conversation only sealed (AES-GCM under a key derived from the secret and the
-tenant), so the value holds no raw id either (issue 9). Each record also carries an *owner
-fingerprint*, checked on every read, as defence in depth against the IDOR class of bug (issue 4;
-Open WebUI CVE-2026-45349).
+tenant), so the value holds no raw id either. Each record also carries an *owner
+fingerprint*, checked on every read, as defence in depth against the IDOR class of bug (one
+conversation read with another's id, as in Open WebUI CVE-2026-45349).
 
 The secret is ``store.tenant_secret``; without one a Redis store shares a secret created once in
 Redis (``SECRET_KEY``, see ``proxy.state.secret``). Until it is read the tenancy is
@@ -31,9 +31,13 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from proxy.config.store import (
+    DEFAULT_CONVERSATION_HEADERS,
+    ConversationSettings,
+    StoreSettings,
+)
 from proxy.core.checkpoints import chain_hash
 from proxy.errors import InvalidRequest
-from proxy.state.settings import ConversationSettings, StoreSettings
 
 log = logging.getLogger("proxy.tenancy")
 
@@ -52,7 +56,7 @@ def usable_conversation_id(value: str) -> bool:
     return 0 < len(value) <= MAX_CONVERSATION_ID and _CONVERSATION_ID.match(value) is not None
 
 
-def validate_conversation_id(value: str, *, header: str = "X-Conversation-Id") -> str:
+def validate_conversation_id(value: str, *, header: str = DEFAULT_CONVERSATION_HEADERS[0]) -> str:
     """Return the id if it is usable, else raise InvalidRequest (a 400; nothing is stored)."""
     if not usable_conversation_id(value):
         raise InvalidRequest(
@@ -172,7 +176,7 @@ class Tenancy:
         return self._mac("recall", tenant, conversation_id)
 
     def prompt_cache_key(self, tenant: str, conversation_id: str) -> str:
-        """The ``prompt_cache_key`` a conversation's rewritten OpenAI requests carry (issue 19):
+        """The ``prompt_cache_key`` a conversation's rewritten OpenAI requests carry:
         stable for the conversation, so its turns share the provider's cache routing, and
         meaningless without the secret (the provider never learns the id or the tenant)."""
         return "cpx-" + self._mac("prompt-cache", tenant, conversation_id)

@@ -1,4 +1,4 @@
-"""A conversation's timeline: its last answered requests, one small point each (issue 22).
+"""A conversation's timeline: its last answered requests, one small point each.
 
 The operator console draws it: the prompt the client had (its full history) against the prompt
 the provider got, where each summary started to apply, and what the provider read from its

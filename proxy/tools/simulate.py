@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> int:
     # A lone surrogate ("\\ud800", valid JSON) in the file is shown as that escape, which
-    # keeps --json valid JSON, instead of failing the UTF-8 write (issue 17).
+    # keeps --json valid JSON, instead of failing the UTF-8 write.
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:
         reconfigure(errors="backslashreplace")

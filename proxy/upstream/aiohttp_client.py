@@ -60,7 +60,7 @@ class _WriteDeadline:
 
     aiohttp writes a body in a task of its own and starts its read timeout only once the body is
     written, so a provider that stops reading would hold the request, and a pooled connection,
-    for ever (issue 17). This deadline is entered around the request (it cancels it, as a
+    for ever. This deadline is entered around the request (it cancels it, as a
     timeout); the body's pieces arm it while aiohttp writes one and disarm it while the next is
     awaited, which on a pass-through is the client's pace, bounded by the server's
     ``body_idle_timeout_seconds``.

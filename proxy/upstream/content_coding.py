@@ -6,7 +6,7 @@ Content-Encoding (proxy/upstream/base.py). Some answers the proxy also reads, fr
 side: an error that may say the prompt is too long (overflow.py), the window it states
 (windows.py), the usage at the end of a response (calibration.py), a ``/models`` listing. Every
 official SDK sends ``Accept-Encoding: gzip, deflate`` and providers do compress JSON, so those
-reads go through a ``Decoder`` (issue 17).
+reads go through a ``Decoder``.
 
 The standard library reads gzip and deflate; brotli and zstd would each need a dependency, and
 clients built on fetch (Node) or reqwest accept them. So a request whose answer the proxy reads

@@ -16,7 +16,7 @@ _OVERFLOW = re.compile(
     re.IGNORECASE,
 )
 # Overflow messages are a sentence near the start of a small JSON body; 50 slow clients with
-# unbounded reads of large error bodies held +587 MB (issue 9).
+# unbounded reads of large error bodies held +587 MB.
 ERROR_PREFIX_BYTES = 64 * 1024
 
 

@@ -1,4 +1,4 @@
-"""A 200-round single-task agent run against a model with an 8k window (issue 10, "Figures").
+"""A 200-round single-task agent run against a model with an 8k window ("Figures").
 
 Run: .venv/bin/python -m tests.bench.bench_agent_run [--rounds 200] [--think 0.25]
 (about 6 minutes: three policies play the whole run, pausing ``think`` seconds a round).

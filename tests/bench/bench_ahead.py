@@ -1,4 +1,4 @@
-"""Added latency per turn of ahead-of-time vs inline summaries (issue 5, "Measure it").
+"""Added latency per turn of ahead-of-time vs inline summaries ("Measure it").
 
 Run: .venv/bin/python -m tests.bench.bench_ahead [--turns 60] [--think 0.5] (about 2 minutes a store).
 

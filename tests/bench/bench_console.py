@@ -1,4 +1,4 @@
-"""Benchmark of the operator console (issue 22): its pages with 10,000 conversations in Redis.
+"""Benchmark of the operator console: its pages with 10,000 conversations in Redis.
 
 Run: ``.venv/bin/python -m tests.bench.bench_console [--conversations 10000]``.
 

@@ -1,10 +1,10 @@
-"""Benchmarks of the compaction core (issue 3). Run: .venv/bin/python -m tests.bench.bench_core
+"""Benchmarks of the compaction core. Run: .venv/bin/python -m tests.bench.bench_core
 
 Prints, for a 200-interaction (~150k-token) coding-agent conversation:
 - the first (cold) and second (warm, new dict objects as in a new request) token count, and
   their ratio (goal >= 20x);
 - the plan time with a warm cache (goal < 5 ms);
-- the same for a ~150k-token single-task agent run (issue 10): one user message, then tool
+- the same for a ~150k-token single-task agent run: one user message, then tool
   rounds, cut between rounds (goal < 5 ms).
 """
 

@@ -1,5 +1,5 @@
-"""Benchmark of another client's latency while one conversation summarizes a huge old message
-(issue 17): a 24 MB user message in the first turn, summarized inline when the request that
+"""Benchmark of another client's latency while one conversation summarizes a huge old message:
+a 24 MB user message in the first turn, summarized inline when the request that
 carries it trips the trigger, while a second client asks /healthz and a small chat completion
 (no conversation id: passed through) every 20 ms on keep-alive connections.
 
@@ -8,7 +8,7 @@ Run: .venv/bin/python -m tests.bench.bench_huge_summary [--mb 24] [--text prose|
 commit before a change: ``git archive REV | tar -x -C /tmp/before``).
 
 Printed: how long the huge request took, and the other client's latency while it ran (median,
-p99, max, count) for /healthz and the small chat. Goal (issue 17): p99 under 100 ms. The mock
+p99, max, count) for /healthz and the small chat. Goal: p99 under 100 ms. The mock
 provider answers every call at once (tests/bench/raw_upstream.py), so what is measured is the
 proxy's own work. Everything listens on 127.0.0.1, every loop is bounded, and the servers
 started here are stopped by their pid.

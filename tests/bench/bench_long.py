@@ -1,4 +1,4 @@
-"""Benchmark of a long conversation through the proxy (issue 9): what the proxy adds to a ~616 KB,
+"""Benchmark of a long conversation through the proxy: what the proxy adds to a ~616 KB,
 ~167k-token agent transcript, against sending the same bytes straight to the mock provider.
 
 Run: .venv/bin/python -m tests.bench.bench_long [--quick] [--source PATH] [--baseline-source PATH]
@@ -15,7 +15,7 @@ interleaved with the direct request it is compared with:
 - compacted: a checkpoint is primed first (admin compact), so each request applies it and sends
   the preamble, the summary and the newest turns (direct: that compacted body).
 
-Goals (issue 9): the first two add <= 0.5 ms, the compacted one <= 1.5 ms. Everything listens on
+Goals: the first two add <= 0.5 ms, the compacted one <= 1.5 ms. Everything listens on
 127.0.0.1 only, every loop is bounded, and the servers started here are stopped by their pid.
 """
 

@@ -1,4 +1,4 @@
-"""What pins cost the planner (issue 20): ``plan()`` of one long history with and without ``pin:``.
+"""What pins cost the planner: ``plan()`` of one long history with and without ``pin:``.
 
 Run: .venv/bin/python -m tests.bench.bench_pins [--messages 1000] [--repeat 30]
 

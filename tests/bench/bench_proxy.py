@@ -1,4 +1,4 @@
-"""Benchmark of the pass-through proxy (issue 2): the same work four ways, in one run.
+"""Benchmark of the pass-through proxy: the same work four ways, in one run.
 
 Run: .venv/bin/python -m tests.bench.bench_proxy [--quick] (``make bench``; about 7 minutes,
 about 3 with --quick, plus installs on the first run).

@@ -1,4 +1,4 @@
-"""What recall costs (issue 20): time to first byte of streamed plain-text replies, and the
+"""What recall costs: time to first byte of streamed plain-text replies, and the
 proxy's own time per recall round.
 
 Run: .venv/bin/python -m tests.bench.bench_recall [--requests 200]

@@ -1,4 +1,4 @@
-"""Benchmark of the conversation store (issue 4). Run: ``.venv/bin/python -m tests.bench.bench_store``.
+"""Benchmark of the conversation store. Run: ``.venv/bin/python -m tests.bench.bench_store``.
 
 Starts its own redis-server (a free port, a temp dir, stopped by its pid) and prints, in one run:
 store round trips per request on the fast path, p50/p99 latency of a checkpoint lookup (load +

@@ -1,4 +1,4 @@
-"""What OpenTelemetry tracing costs a request (issue 22), measured in one run.
+"""What OpenTelemetry tracing costs a request, measured in one run.
 
 Run: .venv/bin/python -m tests.bench.bench_tracing [--quick] [--baseline-source CHECKOUT]
 

@@ -1,4 +1,4 @@
-"""Agent runs compact too (issue 10): one user message, then dozens of rounds of tool calls and
+"""Agent runs compact too: one user message, then dozens of rounds of tool calls and
 tool results, through a real proxy with the official openai client, against a mock provider that
 plays the model (it keeps calling ``run_tests``) and, where asked, has a token window.
 

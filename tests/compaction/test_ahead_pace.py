@@ -1,4 +1,4 @@
-"""Ahead mode without waste (issue 19): past ``soft_fraction`` a background summary starts only
+"""Ahead mode without waste: past ``soft_fraction`` a background summary starts only
 when the conversation's measured growth reaches the trigger within ``ahead_turns`` turns; a
 summary made and superseded before any request applied it is counted on /metrics.
 

@@ -1,4 +1,4 @@
-"""``clear_tool_results`` through a real proxy (issue 19): a request where nothing was stubbed
+"""``clear_tool_results`` through a real proxy: a request where nothing was stubbed
 is not compacted. It says ``X-Compaction: skipped``, is counted as skipped, and the provider
 receives the client's exact bytes; once an old result is stubbed, it says ``applied``.
 """
@@ -52,7 +52,8 @@ def test_a_request_with_nothing_to_clear_is_skipped_and_forwarded_byte_for_byte(
     outcomes = [h["x-compaction"] for h in seen]
     received = [r.body for r in mock.chat_requests()]
     assert len(received) == len(sent) == len(seen)
-    # Before issue 19's fix: "applied" from the third request on, with before == after.
+    # A copy of the unchanged list once said "applied" from the third request on, with
+    # before == after: a request nothing was stubbed in must say skipped.
     assert outcomes[:plain] == ["skipped"] * plain, outcomes
     for headers, body, client_bytes in zip(seen[:plain], received, sent, strict=False):
         assert headers["x-compaction-tokens-before"] == headers["x-compaction-tokens-after"]

@@ -1,5 +1,5 @@
 """Only the proxy's own ``<agent_summary>`` is stripped: a client's message that happens to use
-the same tag is the client's content and reaches the provider untouched (issue 9)."""
+the same tag is the client's content and reaches the provider untouched."""
 
 from __future__ import annotations
 

@@ -450,7 +450,7 @@ def test_a_summary_caused_by_a_tool_trigger_stays_applied(
 def test_a_message_accepted_before_does_not_vouch_for_a_lookalike(
     mock, provider: Provider, start_proxy
 ) -> None:
-    """Issue 9's per-message cache remembers what passed validation: by exact content, so the
+    """The per-message cache remembers what passed validation: by exact content, so the
     same message with a null ``name`` (what Python's None also stands for) is still refused."""
     server = start_proxy(summarizing(mock.url))
     headers = {"authorization": f"Bearer {KEY}", "x-conversation-id": "lookalike"}

@@ -1,5 +1,5 @@
-"""The crossing of issue 18, in process: one ``Compactor.decide`` per request, and a follow-up
-with named steps (observe, replacement, answered) instead of callbacks."""
+"""The crossing between the route and compaction, in process: one ``Compactor.decide`` per
+request, and a follow-up with named steps (observe, replacement, answered) instead of callbacks."""
 
 from __future__ import annotations
 

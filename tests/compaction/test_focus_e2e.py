@@ -1,4 +1,4 @@
-"""``X-Compaction-Focus`` through a real proxy (issue 20): the summary made for the request is
+"""``X-Compaction-Focus`` through a real proxy: the summary made for the request is
 asked to focus on it, in the summarizer's user message (its system message stays the same
 bytes), the checkpoint records it for the admin API, the provider never sees the header, and a
 bad value is a 400 in the dialect's error shape with nothing forwarded or stored.

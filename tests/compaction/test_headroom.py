@@ -1,4 +1,4 @@
-"""Each compaction buys headroom (issue 28): an agent whose fixed prompt (system and tools) is
+"""Each compaction buys headroom: an agent whose fixed prompt (system and tools) is
 large must not get a summary on every turn. Claude Code's is about 26k tokens; with a 45k trigger
 and ``keep.tokens`` 12k, the compacted prompt (37-39k) stayed above where the next summary starts
 (``soft_fraction`` 0.8 of the trigger, 36k), so the proxy asked for a summary nearly every turn.

@@ -1,5 +1,5 @@
 """``strategy: native`` on /v1/messages, driven by the official anthropic client through a real
-proxy (issue 21): the edits and beta flags the provider received, merged with the client's,
+proxy: the edits and beta flags the provider received, merged with the client's,
 what the client was told, the fallback when the provider refuses, and the shadow summary."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``strategy: native`` on /v1/responses and chat completions, driven by the official openai
-client through a real proxy (issue 21): what the provider received, what the client was told."""
+client through a real proxy: what the provider received, what the client was told."""
 
 from __future__ import annotations
 

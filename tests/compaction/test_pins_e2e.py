@@ -1,4 +1,4 @@
-"""Pins through a real proxy (issue 20), driven by the official clients: what the provider
+"""Pins through a real proxy, driven by the official clients: what the provider
 receives holds every pinned message verbatim and in order, the summary covers the rest, a
 pinned tool result is never stubbed, and pins that alone overflow the window get the provider's
 own overflow answer rather than a silent drop.

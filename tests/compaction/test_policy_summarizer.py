@@ -1,4 +1,4 @@
-"""A policy's own summarizer (issue 12): its `summarizer:` keys override the global ones, checked
+"""A policy's own summarizer: its `summarizer:` keys override the global ones, checked
 by what each summarizer endpoint received, through the real proxy and the official client."""
 
 from __future__ import annotations

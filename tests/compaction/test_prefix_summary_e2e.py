@@ -1,4 +1,4 @@
-"""Summaries asked on the cached prefix (issue 19, "Make the summarizer cacheable"): the official
+"""Summaries asked on the cached prefix ("Make the summarizer cacheable"): the official
 openai client, a real proxy and the scripted provider, asserting what the provider received.
 
 What a user notices on the bill: the summary made after an answer is asked of the conversation's

@@ -1,4 +1,4 @@
-"""The price trigger (issue 19, "Decide by price"), in process: one ``Compactor.decide`` per
+"""The price trigger ("Decide by price"), in process: one ``Compactor.decide`` per
 turn of a growing conversation, the proxy's clock set by the test, the decision read from what
 would be sent and from ``X-Compaction``.
 

@@ -1,4 +1,4 @@
-"""OpenAI's ``prompt_cache_key`` on the requests the proxy rewrites (issue 19): the official
+"""OpenAI's ``prompt_cache_key`` on the requests the proxy rewrites: the official
 openai client, a real proxy and the mock providers, asserting what the provider received.
 
 What a user notices: once the proxy compacts a conversation, every request of it reaches the

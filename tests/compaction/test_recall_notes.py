@@ -1,4 +1,4 @@
-"""How a plan names what it removed (proxy.compaction.recall_notes, issue 20): stubs name their
+"""How a plan names what it removed (proxy.compaction.recall_notes): stubs name their
 handle and tool, a summary ends with a bounded index whose segments cover all it summarized,
 handles are stable within a conversation and differ across conversations."""
 

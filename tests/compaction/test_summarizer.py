@@ -302,7 +302,7 @@ def test_hostile_transcripts_and_outputs_never_forge_tags(
 async def test_lone_surrogates_are_replaced_in_what_the_summarizer_reads_and_writes(
     counter: TokenCounter,
 ) -> None:
-    """A client may send ``"\\ud800"`` (valid JSON); no UTF-8 encoder takes it (issue 17). The
+    """A client may send ``"\\ud800"`` (valid JSON); no UTF-8 encoder takes it. The
     summarizer reads U+FFFD in its place, and a surrogate in its answer is replaced too."""
     transcript = [user("FIRST \ud800 msg, see https://x.test/\udfff/a"), assistant("ok")]
     answer = json.dumps(completion("summary with \ud800 in it")).encode()
@@ -323,7 +323,7 @@ async def test_lone_surrogates_are_replaced_in_what_the_summarizer_reads_and_wri
 async def test_one_summary_reads_the_newest_max_summarized_tokens_and_says_what_it_left_out(
     counter: TokenCounter,
 ) -> None:
-    """Issue 17: a 24 MB old message made ~130 sequential calls. The newest part within
+    """A 24 MB old message made ~130 sequential calls. The newest part within
     ``max_summarized_tokens`` is read, in calls of max_input_tokens - max_tokens - 1000; the
     oldest part is left out, and the transcript, the summary and the callback say so."""
     huge = user("OLDEST-START " + "the build step passed again, " * 40_000 + "HUGE-END")
@@ -373,7 +373,7 @@ async def test_a_transcript_is_read_in_full_chunks_every_line_in_some_call(
 
 @pytest.mark.anyio
 async def test_the_system_message_is_the_same_bytes_on_every_call(counter: TokenCounter) -> None:
-    """Issue 19: the per-call delimiter lives in the user message only, so every summarizer
+    """The per-call delimiter lives in the user message only, so every summarizer
     call of a policy starts with the same bytes, which a provider's prompt cache can keep."""
     async with httpx.AsyncClient() as client:
         with respx.mock(base_url=BASE) as mock:

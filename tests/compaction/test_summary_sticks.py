@@ -1,5 +1,5 @@
-"""Once a summary is in use, every later request of the conversation applies it or a newer one
-(issue 28). With ``summarize`` plus ``clear_tool_results`` (config/examples/coding-agent.yaml), a
+"""Once a summary is in use, every later request of the conversation applies it or a newer one.
+With ``summarize`` plus ``clear_tool_results`` (config/examples/coding-agent.yaml), a
 new summary used to go out on about two requests; then the answers still said ``applied``, but
 the provider got the whole history with stubs and no ``<agent_summary>``, a new summary was paid
 for, and the cycle repeated.

@@ -1,4 +1,4 @@
-"""Tool-outcome triggers in one long agent run (issue 19): ``on_tool_success`` /
+"""Tool-outcome triggers in one long agent run: ``on_tool_success`` /
 ``on_tool_error`` fire on the tool results new in a request, not on every result of the task.
 
 An agent run is one interaction: the task, then every round since. Looking at "the last
@@ -79,7 +79,8 @@ def test_one_new_tool_outcome_asks_for_one_summary(
 
     outcomes = [h["x-compaction"] for h in seen]
     arrives = ODD_ROUND + 1
-    # Before issue 19's fix: one summary for every request from `arrives` on (7 here).
+    # A success seen rounds ago once fired again on every request from `arrives` on (7
+    # summaries here): one agent run is one interaction, its success fires once.
     assert provider.summaries == 1, outcomes
     assert outcomes[:arrives] == ["skipped"] * arrives
     # The summary the trigger caused stays applied (no flapping) and is the same checkpoint.

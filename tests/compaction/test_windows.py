@@ -270,7 +270,7 @@ def test_the_tail_of_a_gzipped_stream_is_kept_while_relayed() -> None:
 
 
 def test_a_long_answer_keeps_its_head_beside_its_tail() -> None:
-    """An Anthropic stream's input figures are in its first event (issue 19)."""
+    """An Anthropic stream's input figures are in its first event."""
     head = b'event: message_start\ndata: {"message":{"usage":{"input_tokens":7}}}\n\n'
     payload = head + b"x" * 50_000 + b'{"usage":{"output_tokens":3}}'
     chunks = [payload[i : i + 1000] for i in range(0, len(payload), 1000)]

@@ -67,7 +67,7 @@ def test_every_hashed_field_changes_the_chain(field: str) -> None:
 
 
 def test_a_legacy_function_calls_arguments_are_hashed() -> None:
-    """Issue 9: histories differing only there shared a checkpoint (a foreign summary)."""
+    """Histories differing only there shared a checkpoint (a foreign summary)."""
 
     def history(arguments: str) -> list[dict]:
         call = {"name": "delete_files", "arguments": arguments}

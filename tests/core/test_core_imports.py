@@ -1,4 +1,4 @@
-"""proxy.core stays pure (issue 11, issue 18, docs/architecture.md): importing every module of it,
+"""proxy.core stays pure (docs/architecture.md): importing every module of it,
 in a fresh interpreter, loads no module of the proxy but the core and the shared leaves it may
 use, and none of the libraries of the edge (web, HTTP, store, config file).
 

@@ -1,4 +1,4 @@
-"""The per-message fact cache (issue 9): exact keys, so that a cached validation, count or chain
+"""The per-message fact cache: exact keys, so that a cached validation, count or chain
 digest never stands for a message that differs in anything validated, counted or hashed."""
 
 from __future__ import annotations

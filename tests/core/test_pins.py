@@ -1,4 +1,4 @@
-"""Pins (issue 20): messages a policy says must never be summarized, cleared or dropped."""
+"""Pins: messages a policy says must never be summarized, cleared or dropped."""
 
 from __future__ import annotations
 

@@ -392,7 +392,7 @@ def test_any_plan_keeps_tool_pairs_the_preamble_the_task_and_the_newest_round(
         assert summaries in ([], [preamble])
 
 
-# --- agent runs: one task, many tool rounds (issue 10) ---------------------------------------------
+# --- agent runs: one task, many tool rounds ---------------------------------------------
 
 
 def agent_run(rounds: int, *, words: int = 60) -> list[dict]:
@@ -500,7 +500,7 @@ def test_a_trigger_with_nothing_safe_to_cut_is_blocked(counter: TokenCounter) ->
 
 
 def test_clearing_that_stubs_nothing_leaves_the_plan_unchanged(counter: TokenCounter) -> None:
-    """Issue 19: with nothing to stub (no tool results, or only results smaller than their
+    """With nothing to stub (no tool results, or only results smaller than their
     stub), the plan sends the very list that came in: ``skipped``, the client's bytes."""
     clear = ClearToolResultsSettings(older_than_interactions=1)
     plain = chat(10)
@@ -528,7 +528,7 @@ def test_tool_results_older_than_n_rounds_are_cleared_inside_one_task(
 def test_clearing_in_batches_moves_the_prompt_prefix_once_per_batch(
     counter: TokenCounter,
 ) -> None:
-    """Issue 19: stubbing one more result every round re-bills the prompt's tail every turn. With
+    """Stubbing one more result every round re-bills the prompt's tail every turn. With
     ``clear_at_least`` results are stubbed only in whole batches of that many tokens, so a
     request's messages change (and the provider's cache breaks) once per batch, and a stub, once
     made, stays byte-identical in every later request."""

@@ -204,7 +204,7 @@ def test_lookup_model_uses_first_matching_glob() -> None:
 def test_a_long_text_counted_in_pieces_counts_as_the_whole(
     text: str, counter: TokenCounter, tiktoken_files: object
 ) -> None:
-    """Pieces are cut where tiktoken's pre-tokenizer cuts too (issue 17: one 24 MB list of
+    """Pieces are cut where tiktoken's pre-tokenizer cuts too (one 24 MB list of
     tokens held the GIL for ~70 ms), so the count is tiktoken's for the whole text."""
     assert len(text) > COUNT_PIECE_CHARS
     whole = len(tiktoken.get_encoding("o200k_base").encode_ordinary(text))

@@ -100,7 +100,7 @@ def tool_turn(name: str, result: str) -> list[dict]:
         ("Traceback (most recent call last): ...", (), ("on_tool_error",)),
         ('{"is_error": true}', (), ("on_tool_error",)),
         ('{"error": null, "ok": 1}', ("on_tool_success",), ()),
-        # Issue 9: tool output that is JSON too deep (or too long a number) for the parser is
+        # Tool output that is JSON too deep (or too long a number) for the parser is
         # read as text, not a RecursionError's 500.
         ('{"a": ' + "[" * 5000 + "]" * 5000 + "}", ("on_tool_success",), ()),
         ('{"a": ' + "9" * 5000 + "}", ("on_tool_success",), ()),
@@ -123,7 +123,7 @@ def test_tool_triggers_look_only_at_the_last_interaction(counter: TokenCounter) 
 def test_tool_triggers_look_only_at_the_results_new_in_this_request(
     counter: TokenCounter,
 ) -> None:
-    """Issue 19: one agent run is one interaction; a success rounds ago must not fire again."""
+    """One agent run is one interaction; a success rounds ago must not fire again."""
     passed = tool_turn("run_tests", "All 12 tests passed")
     later = [assistant(None, ("c2", "read_file", "{}")), tool("c2", "def f(): ...")]
     assert fired([*passed, *later], counter, on_tool_success=["run_tests"])[0] == ()

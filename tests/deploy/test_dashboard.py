@@ -1,4 +1,4 @@
-"""The Grafana dashboard (deploy/grafana/, issue 22) and the compose `observe` profile that
+"""The Grafana dashboard (deploy/grafana/) and the compose `observe` profile that
 serves it: the JSON is a dashboard Grafana can load, the provisioning files point at each other
 and at the compose services, and every metric (and label) a panel queries is one a real proxy
 shows on /metrics after real traffic. No docker here: the files are checked as loaded."""

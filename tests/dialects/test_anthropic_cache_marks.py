@@ -1,4 +1,4 @@
-"""The cache breakpoint after what the proxy injects into an Anthropic prompt (issue 19): the
+"""The cache breakpoint after what the proxy injects into an Anthropic prompt: the
 official ``anthropic`` SDK, a real proxy, the mock Anthropic provider (which refuses a fifth
 mark and an hour's mark after a five minutes' one, as the API does), asserting what it received.
 

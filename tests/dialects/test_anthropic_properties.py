@@ -435,7 +435,7 @@ def test_the_callers_key_reaches_the_summarizer_only_on_the_same_host() -> None:
 
 
 def test_a_request_carrying_anthropic_version_is_anthropics_on_openais_routes_too() -> None:
-    """Issue 17: an Anthropic key never goes to the OpenAI-compatible upstream, whatever the
+    """An Anthropic key never goes to the OpenAI-compatible upstream, whatever the
     path; ``x-api-key`` alone is a gateway's credential and stays with the route's API."""
     openai, _ = targets_with(
         base_url="https://api.openai.com/v1",

@@ -1,4 +1,4 @@
-"""The same behaviour on every compacted route (issue 11): chat completions, the Responses API
+"""The same behaviour on every compacted route: chat completions, the Responses API
 and Anthropic Messages, each driven by its official client (tests/support/drivers.py) against
 one mock provider that serves all three.
 

@@ -1,4 +1,4 @@
-"""The chat completions adapter under random well-formed conversations (issue 11, the property
+"""The chat completions adapter under random well-formed conversations (the property
 tests of each dialect): whatever the cut, the body it renders is a valid chat request (tool pairs
 whole, one summary right after the preamble, every other field as sent), and a plan with no cut
 leaves the client's messages as the very objects that came, so the compactor sends the client's

@@ -1,4 +1,4 @@
-"""The dialects' context management under ``strategy: native`` (issue 21), as pure functions:
+"""The dialects' context management under ``strategy: native``, as pure functions:
 what is added to a body (the client's own settings win), and what an answer is read to say."""
 
 from __future__ import annotations

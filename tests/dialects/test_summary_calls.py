@@ -1,4 +1,4 @@
-"""The body of a summary asked on the cached prefix, per dialect (issue 19): what the provider's
+"""The body of a summary asked on the cached prefix, per dialect: what the provider's
 cache reads (tools, system, messages and the client's cache marks) stays as sent; only what
 cannot go on changes."""
 

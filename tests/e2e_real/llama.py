@@ -57,7 +57,7 @@ REAL_MODEL: dict[str, Any] = {
             "trigger": {"context_fraction": 0.6},
             "keep": {"interactions": 2},
         },
-        # a single-task tool loop (issue 10): cut between rounds, the task always kept
+        # a single-task tool loop: cut between rounds, the task always kept
         "agent": {
             "strategy": "summarize",
             "mode": "inline",

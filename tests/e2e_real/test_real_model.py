@@ -169,7 +169,7 @@ def test_long_conversation_never_reaches_the_limit_with_compaction(
     record = admin_record(proxy, "long-on")
     assert len(record["checkpoints"]) >= 1
     # One of the stored summaries is the one applied; not always the newest: a summary that is
-    # not smaller than the turns it would replace is stored but not applied (issue 10), and
+    # not smaller than the turns it would replace is stored but not applied, and
     # this model sometimes echoes its transcript.
     assert any(c["summary"] in chats[-1].messages[1]["content"] for c in record["checkpoints"])
     # Uncompacted, the conversation would not have fitted the model's window.

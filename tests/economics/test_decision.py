@@ -1,4 +1,4 @@
-"""Deciding by price, on hand-computed cases (issue 19)."""
+"""Deciding by price, on hand-computed cases."""
 
 from __future__ import annotations
 

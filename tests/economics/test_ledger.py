@@ -73,7 +73,7 @@ def test_tokens() -> None:
 
 
 def test_a_summary_never_used_is_a_net_loss() -> None:
-    # The case issue 19 found: an ahead-of-time summary, then the conversation ends.
+    # An ahead-of-time summary, then the conversation ends: its cost was spent for nothing.
     ledger = add_request(
         Ledger(), BilledUsage(1_000, 0, 0, 10), GPT41, full_prompt_tokens=1_000, warm=False
     )

@@ -1,4 +1,4 @@
-"""The per-conversation ledger end to end (issue 19): a real proxy, mock providers that report
+"""The per-conversation ledger end to end: a real proxy, mock providers that report
 cached tokens, the official openai and anthropic clients, plain and streamed.
 
 After a few turns the admin API's ledger and /metrics hold the provider's cached-token figures

@@ -32,7 +32,7 @@ def expect_without_body(
     host: str = "127.0.0.1",
     extra_headers: tuple[tuple[str, str], ...] = (),
 ) -> ExpectAttack:
-    """Issue 17's wedge: ``connections`` clients each send a request head announcing a
+    """The Expect wedge: ``connections`` clients each send a request head announcing a
     ``body_bytes`` upload with ``Expect: 100-continue``, then send no body, wait ``hold_seconds``
     and leave (close). curl sends the same head by itself for any upload over 1 MiB; an attacker
     just never follows it with the body.

@@ -14,7 +14,8 @@ Three ``compaction-proxy serve`` replicas share one private redis-server and a m
    measured before and during;
 5. max rate, then a soak at half of it for ``SOAK_SECONDS`` (default 600), reporting the
    replicas' RSS growth from /proc/PID/status;
-6. issue 17's cases on every dialect, against a replica and two providers of their own
+6. the hostile wire cases (the ``issue17`` phase) on every dialect, against a replica and two
+   providers of their own
    (tests/faults/issue17.py);
 7. recall's and the tenants' cases (a 20 MB original within the budget, deep and odd shapes
    from clients and models, recalled text quoted, one tenant's bad beta, a stubborn provider),
@@ -570,7 +571,7 @@ async def campaign(rig: Rig, report: Report, phases: set[str]) -> None:
         print(f"== max rate, then soak {soak}s", flush=True)
         await soak_phase(rig, report, soak, rate_seconds=env_int("MAXRATE_SECONDS", 20))
     if "issue17" in phases:
-        print("== issue 17 cases", flush=True)
+        print("== issue17 phase: hostile wire cases", flush=True)
         await issue17_phase(rig.workdir, rig.redis.url, report)
     if "recall" in phases:
         print("== recall and tenant cases", flush=True)

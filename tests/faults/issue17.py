@@ -1,11 +1,12 @@
-"""Issue 17's cases in the fault campaign: ``CAMPAIGN_PHASES=issue17 make soak`` (docs/faults.md).
+"""The hostile wire cases of the fault campaign (what clients, attackers and providers did on
+the wire): ``CAMPAIGN_PHASES=issue17 make soak`` (docs/faults.md).
 
 A replica of its own config sits between the driver and two provider processes
 (tests/faults/provider_server.py, both ``--body-first``: they ignore ``Expect: 100-continue`` and
 answer once the body is in, as many providers do): the OpenAI-compatible upstream and the
 Anthropic one, so a key that reaches the wrong one is counted there. Every case runs on each
 dialect it applies to (chat completions, Responses, Anthropic Messages), sends what a client
-sends (the official SDKs where the issue used them, raw bytes where a library would refuse),
+sends (the official SDKs where users used them, raw bytes where a library would refuse),
 and reports one line:
 
 1. a lone surrogate in a message that gets summarized: every turn answered, a summary applied;

@@ -72,7 +72,7 @@ def timed_turns(
     took, outcomes = [], []
     for i in range(n):
         started = time.monotonic()
-        # Long enough turns that a summary replaces more than it costs, so it applies (issue 10).
+        # Long enough turns that a summary replaces more than it costs, so it applies.
         text = f"{label} {i}: edit src/f{i}.py " + "context " * 300
         headers = take_turn(client, history, text)
         took.append(time.monotonic() - started)

@@ -1,4 +1,4 @@
-"""Faults at the proxy's own hop (issue 17), part of ``make test``: what a client's connection can
+"""Faults at the proxy's own hop, part of ``make test``: what a client's connection can
 make the proxy hold or send. Real ``compaction-proxy serve`` processes; clients are raw sockets
 where a client library would not send what is tested (an ``Expect`` it never follows with a body,
 a request line of 100 KB). docs/faults.md ("Hop faults") lists the cases and their figures.

@@ -1,4 +1,4 @@
-"""Providers as they really answer (issue 17), each driven by the official SDK against a real
+"""Providers as they really answer, each driven by the official SDK against a real
 proxy and a real mock provider on loopback ports:
 
 - a provider that compresses its answers (every SDK sends ``Accept-Encoding: gzip, deflate``):

@@ -1,4 +1,4 @@
-"""Fast fault cases of recall (issue 31), against real ``compaction-proxy serve`` processes: what
+"""Fast fault cases of recall, against real ``compaction-proxy serve`` processes: what
 one request may make the store keep, histories and answers nested a thousand deep or shaped
 oddly (never a 500), and recalled text that tries to read as a turn. docs/faults.md lists the
 figures (``pytest tests/faults/test_recall_faults.py -q -s`` prints them)."""

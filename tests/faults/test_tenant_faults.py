@@ -1,4 +1,4 @@
-"""Faults a hostile tenant, model or provider causes (issue 31), part of ``make test``: real
+"""Faults a hostile tenant, model or provider causes, part of ``make test``: real
 ``compaction-proxy serve`` processes in front of the scripted mock providers, the official
 clients, raw sockets where a client library would not send what is tested. docs/faults.md
 ("Tenant faults") lists the cases with their figures before and after.

@@ -1,4 +1,4 @@
-"""Fault cases of hostile text, part of ``make test`` (issue 17): what a client may legally send
+"""Fault cases of hostile text, part of ``make test``: what a client may legally send
 that no encoder downstream of the proxy accepts as it is, and input big enough to hold the
 event loop.
 

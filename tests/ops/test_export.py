@@ -1,4 +1,4 @@
-"""Summary export through the real proxy (issue 12): every new summary reaches a JSONL file, a
+"""Summary export through the real proxy: every new summary reaches a JSONL file, a
 Redis Stream (a private redis-server) or a webhook (a real local receiver), with its tenant and
 conversation; the webhook is signed, retried with backoff, and never holds up a request."""
 

@@ -1,4 +1,4 @@
-"""Hooks through the real proxy (issue 12): a hook class from tests/ops/hook_module.py edits
+"""Hooks through the real proxy: a hook class from tests/ops/hook_module.py edits
 what the provider receives and sees each new summary; hooks that fail, hang or return garbage
 are logged without content, counted, and the request goes on as if they were absent."""
 

@@ -1,4 +1,4 @@
-"""What /metrics shows after real traffic (issue 9)."""
+"""What /metrics shows after real traffic."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Operators see, correct and replay a conversation's state (issue 12), through the real proxy:
+"""Operators see, correct and replay a conversation's state, through the real proxy:
 the admin API with its token and the caller's credential, the pinned-checkpoint header, and what
 the provider received; memory:// and a private redis-server alike."""
 
@@ -407,7 +407,7 @@ def test_a_pin_is_not_enforced_while_the_store_cannot_answer(
     assert httpx.get(f"{server.url}/readyz").json()["store"]["state"] == "degraded"
 
 
-# --- ids with a slash (issue 17) ----------------------------------------------------------------
+# --- ids with a slash ----------------------------------------------------------------
 
 
 def raw_admin(server: ThreadedUvicorn, method: str, path: str, body: bytes = b"") -> httpx.Response:

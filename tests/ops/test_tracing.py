@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 22; docs/operations.md, "Traces"): a real proxy in front of the
+"""OpenTelemetry traces (docs/operations.md, "Traces"): a real proxy in front of the
 scripted provider, exporting over OTLP/HTTP to a real receiver this test starts
 (tests/ops/otlp_receiver.py decodes the protobuf), driven by the official openai client with a
 ``traceparent`` of its own."""

@@ -7,7 +7,7 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.state.settings import ConversationSettings
+from proxy.config.store import ConversationSettings
 from tests.support.anthropic_provider import AnthropicProvider
 from tests.support.claude_code import KEY as CLAUDE_KEY
 from tests.support.claude_code import run_session

@@ -118,7 +118,7 @@ def test_hop_by_hop_filtering_both_ways() -> None:
         (b"X-Conversation-Id", b"c"),
         (b"Content-Length", b"10"),
         (b"Accept", b"*/*"),
-        (b"Expect", b"100-continue"),  # answered at our hop (issue 17)
+        (b"Expect", b"100-continue"),  # answered at our hop
     ]
     out = dict(
         request_headers_upstream(

@@ -1,4 +1,4 @@
-"""Hostile and unusual input on the wire (issue 9): every answer the proxy makes itself is JSON in
+"""Hostile and unusual input on the wire: every answer the proxy makes itself is JSON in
 OpenAI's error shape and never a 5xx other than 502/504; whatever the provider would accept, the
 proxy accepts and forwards (asserted on what the provider received)."""
 

@@ -359,7 +359,7 @@ def test_bad_chat_requests_are_refused_and_not_forwarded(
 def test_requests_left_alone_are_not_parsed_the_provider_judges_them(
     proxy, mock: MockUpstream, headers: dict[str, str]
 ) -> None:
-    """Issue 9: without compaction the proxy decides from the headers alone and forwards the
+    """Without compaction the proxy decides from the headers alone and forwards the
     bytes as they came, whatever they are (the provider's answer is the client's)."""
     mock.push(Reply(status=400, headers=[("content-type", "application/json")], chunks=[b"{}"]))
     body = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], oops'

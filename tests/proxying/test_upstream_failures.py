@@ -1,4 +1,4 @@
-"""A provider that fails after its response headers were sent (issue 9): the client gets an
+"""A provider that fails after its response headers were sent: the client gets an
 unfinished response, /metrics counts an upstream failure (not a 200), and the log has one clear
 line from us and nothing from uvicorn."""
 

@@ -1,4 +1,4 @@
-"""A streamed reply that starts with text and then calls the recall tool (issue 20): models often
+"""A streamed reply that starts with text and then calls the recall tool: models often
 write a sentence before a tool call. The text reaches the client at once; the recall call never
 does. The proxy answers it, asks again, and the client's stream goes on with the new answer, in
 each dialect's own terms (chat chunks, Anthropic content blocks, Responses output items), through

@@ -1,4 +1,4 @@
-"""The recall tool through a real proxy with the official openai client (issue 20): a cleared
+"""The recall tool through a real proxy with the official openai client: a cleared
 tool result is fetched back by the model, the client never sees the tool, its calls or their
 results, and the tool stays out when it must."""
 

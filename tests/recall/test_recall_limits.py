@@ -1,4 +1,4 @@
-"""The recall loop's bounds and its company (issue 20), through a real proxy with the openai
+"""The recall loop's bounds and its company, through a real proxy with the openai
 client: rounds end with a re-ask that forbids tools, a recall made with a client tool call comes
 back as the client's call alone, originals outlive a history the client trimmed (the store), and
 a store that is down leaves the request served."""

@@ -1,6 +1,6 @@
 """The recall tool on /v1/messages (Anthropic's SDK) and /v1/responses (OpenAI's Responses API),
 plain and streamed: the model's recall call is answered by the proxy in the dialect's own shape
-and the client gets only the final answer (issue 20)."""
+and the client gets only the final answer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Limits and denial of service (issue 9): bounds on what one client can make the proxy hold.
+"""Limits and denial of service: bounds on what one client can make the proxy hold.
 
 Every proxy here is started the way ``compaction-proxy serve`` starts it (the same uvicorn
 options and protocol, ``proxy.server.run.uvicorn_options``); clients are raw sockets where the point
@@ -167,7 +167,7 @@ def head_of(size: int, *, where: str) -> bytes:
 def test_a_head_over_the_limit_is_a_json_431_however_it_arrives(
     mock: MockUpstream, start_proxy, http: str, where: str, pieces: int
 ) -> None:
-    """Issue 17: a head that arrived whole in one read was not counted (a 100 KiB header got a
+    """A head that arrived whole in one read was not counted (a 100 KiB header got a
     200), and a long request line got the parser's plain-text 400."""
     server = served(mock, start_proxy, {"max_header_bytes": 65536}, http=http)
     for size, status in [(65536, 200), (65537, 431), (100_000, 431), (300_000, 431)]:
@@ -390,7 +390,7 @@ def run_conversation(server: ThreadedUvicorn, turns: int) -> list:
     answers = []
     for turn in range(turns):
         # Turns long enough that a (capped) summary is smaller than what it replaces, so it
-        # applies: a summary that is not smaller is not applied (issue 10).
+        # applies: a summary that is not smaller is not applied.
         history.append({"role": "user", "content": f"step {turn}: " + "details " * 800})
         raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history)
         answer = raw.parse().choices[0].message.content

@@ -1,6 +1,6 @@
 """Callers that authenticate without a Bearer token (Azure-style ``api-key``, ``x-api-key``,
 ``Basic``) are tenants of their own, and the summarizer calls the provider with the credential
-they sent when it uses the caller's key (issue 9)."""
+they sent when it uses the caller's key."""
 
 from __future__ import annotations
 

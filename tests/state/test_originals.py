@@ -1,4 +1,4 @@
-"""What compaction removed, in the store (proxy.state.originals, issue 20): found by handle only
+"""What compaction removed, in the store (proxy.state.originals): found by handle only
 in its own conversation and tenant, kept within a budget (oldest evicted first), sealed at rest,
 forgotten with the conversation, and never a failure on the request path."""
 

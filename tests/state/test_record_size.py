@@ -1,4 +1,4 @@
-"""store.max_record_bytes: the stored value of a conversation stays bounded (issue 9), on
+"""store.max_record_bytes: the stored value of a conversation stays bounded, on
 memory:// and redis:// alike: the oldest checkpoints give way; one that cannot fit alone is
 refused, logged and counted, and what was stored stays."""
 

@@ -1,4 +1,4 @@
-"""What Redis holds about tenants and conversation ids, and the shared tenant secret (issue 9)."""
+"""What Redis holds about tenants and conversation ids, and the shared tenant secret."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """State shared through Redis without a configured tenant secret, Redis outages at start-up and
-after, and what Redis holds (issue 9). A private redis-server per test; never the one on 6379."""
+after, and what Redis holds. A private redis-server per test; never the one on 6379."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ and never edited, as Claude Code, Codex or opencode send theirs.
 
 ``requests(history)`` gives the message lists the agent would have sent, in order: each is a
 prefix of the next, ending with the task or a tool result. Replaying them one by one through a
-proxy shows what compaction does to a real append-only session (issue 28: which requests carry
+proxy shows what compaction does to a real append-only session (which requests carry
 the summary, how often one is made). The content is deterministic: the same repository gives
 the same history.
 """

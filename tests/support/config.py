@@ -52,7 +52,7 @@ EVERY_FOUR_INTERACTIONS: Mapping[str, Any] = {
 }
 # ``policies:`` entries: one named ``frozen`` that is off (X-Compaction-Policy: frozen).
 FROZEN: Mapping[str, Any] = {"frozen": {"strategy": "off"}}
-# An agent run (issue 10): summarized past 3000 input tokens, its newest 1500 tokens kept.
+# An agent run: summarized past 3000 input tokens, its newest 1500 tokens kept.
 AGENT_RUN: Mapping[str, Any] = {
     "strategy": "summarize",
     "mode": "inline",

@@ -1,4 +1,4 @@
-"""A model that nests what it writes a thousand deep (issue 31), on the three routes: while the
+"""A model that nests what it writes a thousand deep, on the three routes: while the
 request offers the recall tool and ends with the user's turn, it calls recall (or, ``name``,
 another tool) with arguments nested ``DEPTH`` deep; otherwise it answers ``AFTER``. For the
 recall tests and the fault suite, plain and streamed."""

@@ -1,4 +1,4 @@
-"""The providers' own context management, played on top of the scripted providers (issue 21).
+"""The providers' own context management, played on top of the scripted providers.
 
 ``NativeProvider(mock)`` wraps whatever answers on ``mock`` (a ``ResponsesProvider`` or an
 ``AnthropicProvider``): a request without ``context_management`` goes to it unchanged; one with

@@ -5,7 +5,7 @@ tools when a user message asks for it, and can fail summaries, slow them down, o
 that are too long the way real providers do: over a message count, or over a token window
 counted as the proxy counts (tiktoken o200k for gpt-4o), answering ``context_length_exceeded``.
 
-An *agent run* (issue 10): while the prompt holds a user message with ``AGENT`` in it and ends
+An *agent run*: while the prompt holds a user message with ``AGENT`` in it and ends
 with that message or a tool result, every answer is one more tool call (``run_tests``); the test
 plays the tool and decides when the run ends.
 """

@@ -135,7 +135,7 @@ def test_simulate_reports_bad_input_without_a_traceback(files: tuple[Path, Path]
 
 
 def test_simulate_shows_a_lone_surrogate_as_its_escape(files: tuple[Path, Path]) -> None:
-    """``"\\ud800"`` is valid JSON no UTF-8 stdout takes (issue 17): shown as the escape, in the
+    """``"\\ud800"`` is valid JSON no UTF-8 stdout takes: shown as the escape, in the
     table and in --json (where it stays valid JSON), not a traceback."""
     conversation, config = files
     odd = conversation.with_name("surrogate.json")
@@ -217,7 +217,7 @@ def test_simulate_says_where_the_window_comes_from(files: tuple[Path, Path]) -> 
 def test_simulate_shows_a_cut_between_the_rounds_of_one_task(
     tmp_path: Path, tiktoken_files: Path
 ) -> None:
-    """Issue 10: it used to say ``input_tokens ... FIRED`` and save 0, with nothing to summarize."""
+    """It used to say ``input_tokens ... FIRED`` and save 0, with nothing to summarize."""
     messages: list[dict] = [{"role": "system", "content": SYSTEM}]
     messages.append({"role": "user", "content": "fix the failing tests"})
     for i in range(30):

@@ -1,4 +1,4 @@
-"""Reading what a provider compressed, and asking only for what can be read (issue 17)."""
+"""Reading what a provider compressed, and asking only for what can be read."""
 
 from __future__ import annotations
 

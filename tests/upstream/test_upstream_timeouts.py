@@ -1,4 +1,4 @@
-"""Every wait on the provider is bounded (issue 17), in both upstream clients: a provider that
+"""Every wait on the provider is bounded, in both upstream clients: a provider that
 does not take the request body (write), does not answer (read), or whose every pooled connection
 is busy (pool) costs a 504, never a request held for ever. The provider is a raw asyncio server
 on loopback that misbehaves on purpose."""

@@ -14,8 +14,8 @@ import hmac
 from starlette.requests import Request
 
 from proxy.config.ops import AdminSettings
+from proxy.config.store import ConversationSettings
 from proxy.errors import InvalidRequest, Unauthorized
-from proxy.state.settings import ConversationSettings
 from proxy.state.tenancy import Credentials, Tenancy, credential_from_headers
 
 CALLER_HEADER = "x-caller-authorization"

@@ -18,7 +18,7 @@ HEADERS = {"cache-control": "no-store", "x-content-type-options": "nosniff"}
 class AdminJSON(JSONResponse):
     """An admin answer as the request path writes JSON (``proxy.wirejson``): text that no UTF-8
     encoder takes, a lone surrogate a client sent in a message or a model name, goes out as its
-    ``\\u`` escape, as the client sent it, instead of making the answer a 500 (issue 17)."""
+    ``\\u`` escape, as the client sent it, instead of making the answer a 500."""
 
     def __init__(self, content: Any, status_code: int = 200) -> None:
         super().__init__(content, status_code=status_code, headers=HEADERS)

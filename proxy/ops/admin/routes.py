@@ -8,13 +8,13 @@ store, ``corrections``, ``compacting``) and answers (``responses``); nothing els
 - ``GET /admin/ui/``: the operator console (``proxy.ops.console``), pages that call these routes.
 - ``GET`` / ``DELETE /admin/conversations/{id}``: a conversation's checkpoints; forget it
   (its ledger too).
-- ``GET /admin/conversations/{id}/ledger``: what the conversation cost and saved (issue 19),
+- ``GET /admin/conversations/{id}/ledger``: what the conversation cost and saved,
   kept from its first answered request on, summarized or not (apart from the checkpoints, whose
   view a request must not change).
 - ``GET /admin/conversations/{id}/timeline``: its last answered requests, one point each
   (``proxy.state.timeline``), for the console.
 - ``GET /admin/conversations/{id}/originals``: what compaction removed and the proxy keeps for
-  recall (issue 20), oldest first, by handle; 404 when nothing is kept.
+  recall, oldest first, by handle; 404 when nothing is kept.
 - ``GET /admin/conversations/{id}/checkpoints/{cid}``: one checkpoint.
 - ``PUT /admin/conversations/{id}/summary``: a corrected text for the current summary;
   ``PATCH`` may name the checkpoint to correct (``"checkpoint"``).
@@ -40,6 +40,7 @@ from proxy.compaction.compactor import Compactor
 from proxy.compaction.spending import ledger_view
 from proxy.config.ops import AdminSettings
 from proxy.config.sections import SummarizerSettings
+from proxy.config.store import ConversationSettings
 from proxy.core.plan_view import describe_checkpoint, describe_plan, describe_record
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.base import Dialect
@@ -52,7 +53,6 @@ from proxy.ops.admin.responses import AdminJSON, describe_info, error_response
 from proxy.ops.console.pages import console_routes
 from proxy.state import timeline
 from proxy.state.conversations import Store
-from proxy.state.settings import ConversationSettings
 from proxy.state.tenancy import Tenancy, validate_conversation_id
 
 Handler = Callable[[Request, str], Awaitable[Response]]
@@ -63,7 +63,7 @@ class EncodedIds:
 
     uvicorn decodes ``%2F`` into ``scope["path"]``, where it is one more separator: an id with
     ``/`` sent encoded would be split like an unencoded one, and ``x/checkpoints/zz`` could never be
-    read (issue 17). Matched on the raw path, an escape stays inside its path parameter, which the
+    read. Matched on the raw path, an escape stays inside its path parameter, which the
     handler decodes. An unencoded ``/`` still separates, so older scripts' paths route as before.
     """
 

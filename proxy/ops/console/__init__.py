@@ -1,1 +1,1 @@
-"""The operator console (issue 22): pages the proxy serves at /admin/ui over the admin API."""
+"""The operator console: pages the proxy serves at /admin/ui over the admin API."""

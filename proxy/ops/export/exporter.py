@@ -1,4 +1,4 @@
-"""Knowledge-base export: each new summary handed to the sinks the config names (issue 12).
+"""Knowledge-base export: each new summary handed to the sinks the config names.
 
     summary stored -> Exporter.publish (never waits) -> one bounded queue per sink -> its worker
                                                           -> JSONL file | Redis Stream | webhook

@@ -1,4 +1,4 @@
-"""The JSONL sink: each new summary appended to a file as one JSON line (issue 12)."""
+"""The JSONL sink: each new summary appended to a file as one JSON line."""
 
 from __future__ import annotations
 

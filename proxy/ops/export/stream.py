@@ -1,4 +1,4 @@
-"""The Redis Stream sink: each new summary added to a stream with XADD (issue 12)."""
+"""The Redis Stream sink: each new summary added to a stream with XADD."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The webhook sink: each new summary POSTed as JSON, signed, retried with backoff (issue 12).
+"""The webhook sink: each new summary POSTed as JSON, signed, retried with backoff.
 
 The body is signed with HMAC-SHA256 under ``export.webhook.secret`` and the signature sent as
 ``X-Compaction-Signature: sha256=<hex>``; a receiver recomputes it over the raw body it got and

@@ -26,8 +26,8 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from proxy.config.store import StoreSettings
 from proxy.errors import ConfigError, StoreError
-from proxy.state.settings import StoreSettings
 from proxy.state.store.base import IndexEntry
 
 # Compare the stored value by digest, so a CAS sends one copy of the record, not two.

@@ -1,5 +1,5 @@
 """What a replayed transcript's prompts cost, in dollars with prompt caching, through the proxy
-and sent direct (issue 19: ``compaction-proxy eval`` reports dollars beside accuracy).
+and sent direct (``compaction-proxy eval`` reports dollars beside accuracy).
 
 Each request of a replay is priced at the model's prices (``pricing:``, then the built-in table)
 under OpenAI's automatic caching: the leading messages a request shares with the one before it

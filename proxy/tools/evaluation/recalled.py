@@ -1,4 +1,4 @@
-"""The ``recalled`` variant of ``eval --recall`` (issue 20): each probe asked through the proxy
+"""The ``recalled`` variant of ``eval --recall``: each probe asked through the proxy
 that replayed the transcript, with the model under test behind it, so the model may fetch back
 what compaction removed with the recall tool and the proxy answers it as it would for a client.
 
@@ -16,12 +16,11 @@ from typing import Any
 
 import httpx
 
+from proxy.compaction import protocol
 from proxy.errors import EvaluationError
 from proxy.tools.evaluation.probes import Probe
 from proxy.tools.evaluation.proxy_parts import Body, BufferedResponse, RawHeaders
 from proxy.tools.evaluation.transcripts import Transcript
-
-RECALLS_HEADER = "x-compaction-recalls"
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,6 @@ async def ask_through_proxy(
             reply = response.json()["choices"][0]["message"].get("content") or ""
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise EvaluationError("the model returned an unexpected body") from exc
-        rounds = int(response.headers.get(RECALLS_HEADER, "0") or 0)
+        rounds = int(response.headers.get(protocol.RECALLS, "0") or 0)
         out.append(Recalled(probe, str(reply), rounds))
     return out

@@ -18,10 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.config.store import DEFAULT_CONVERSATION_HEADERS
 from proxy.errors import InvalidRequest
 from proxy.tools.evaluation.probes import Probe
 
-_GROUP_FIELDS = ("conversation", "X-Conversation-Id", "x-conversation-id")
+# A record names its conversation by a field, or by the proxy's own header as a field.
+CONVERSATION_HEADER = DEFAULT_CONVERSATION_HEADERS[0]
+_GROUP_FIELDS = ("conversation", CONVERSATION_HEADER, CONVERSATION_HEADER.lower())
 _OPENING_DIGITS = 12
 
 

@@ -1,4 +1,4 @@
-"""The cost benchmark (issue 19): replays long transcripts straight to a provider that applies the
+"""The cost benchmark: replays long transcripts straight to a provider that applies the
 providers' prompt-caching rules, and through the proxy, and prices what each run was billed.
 
 - ``prompts``: what a provider received, as the token pieces its cache compares;

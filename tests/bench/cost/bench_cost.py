@@ -1,4 +1,4 @@
-"""What compaction costs with the providers' prompt caches counted (issue 19, docs/cost.md).
+"""What compaction costs with the providers' prompt caches counted (docs/cost.md).
 
 Run: .venv/bin/python -m tests.bench.cost.bench_cost [--quick] [--mode told|users|both]
 

@@ -1,4 +1,4 @@
-"""The ``native`` setups of the cost bench (issue 21): the proxy under ``strategy: native``, in
+"""The ``native`` setups of the cost bench: the proxy under ``strategy: native``, in
 front of a provider that applies Anthropic's context management under the bench's caching rules.
 
 ``NativeUpstream`` stands between the proxy and the bench's ``CachingProvider`` on the Messages

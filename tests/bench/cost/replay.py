@@ -63,7 +63,7 @@ class Seen:
         outcome = headers.get("x-compaction", "none")
         before = headers.get("x-compaction-tokens-before")
         if outcome == "applied" and before == headers.get("x-compaction-tokens-after"):
-            outcome = "applied-unchanged"  # issue 19: nothing changed should say skipped
+            outcome = "applied-unchanged"  # nothing changed should say skipped
         self.outcomes[outcome] += 1
 
     def add(self, prompt: int, cached: int, written: int, output: int) -> None:

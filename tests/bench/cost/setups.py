@@ -9,7 +9,7 @@ The simulated clock: the provider takes each request's time from ``X-Bench-Clock
 proxy reads the same ``SimClock`` (``create_app(clock=...)``), so its warm-cache test sees the
 transcript's pauses.
 
-A proxy's decisions depend on the prices it is told (the price trigger, issue 19): each proxied
+A proxy's decisions depend on the prices it is told (the price trigger): each proxied
 setup runs once per price model, its config's ``pricing:`` naming that model's prices for the
 bench's models and summarizer.
 """
@@ -100,7 +100,7 @@ def default_policy(bench: BenchModels) -> dict[str, Any]:
 
 def thresholds_only(bench: BenchModels) -> dict[str, Any]:
     """The default policy without its price trigger: the token thresholds alone (the default
-    before issue 19)."""
+    before the price trigger)."""
     return {"policies": {"default": {"trigger": {"pays": False}}}}
 
 

@@ -1,1 +1,1 @@
-"""The operator console (issue 22): its API, and its pages in a real browser."""
+"""The operator console: its API, and its pages in a real browser."""

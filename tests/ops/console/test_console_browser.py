@@ -92,7 +92,7 @@ def test_a_tenant_sees_its_own_conversations_newest_first_and_opens_one(
     current = next(c for c in shown["checkpoints"] if c["id"] == shown["current"])
     assert page.locator("pre.summary").inner_text() == current["summary"]
     assert page.get_by_role("heading", name=f"Checkpoint {current['id']} (current)").is_visible()
-    # What it replaced: the originals the proxy keeps for recall (issue 20), by handle.
+    # What it replaced: the originals the proxy keeps for recall, by handle.
     kept = admin_get(server, "/conversations/conv-new/originals").json()["data"]
     replaced = page.locator(".panel", has_text="What it replaced")
     expect(replaced).to_contain_text(kept[0]["handle"])

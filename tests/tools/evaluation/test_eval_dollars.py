@@ -1,4 +1,4 @@
-"""``compaction-proxy eval`` reports dollars beside accuracy (issue 19): each policy's prompts
+"""``compaction-proxy eval`` reports dollars beside accuracy: each policy's prompts
 and summaries priced with prompt caching, against the same turns sent direct; and the new default
 (with its price trigger) answers at least as well as the old one on the built-in transcripts."""
 
@@ -52,8 +52,9 @@ def test_an_unpriced_model_reports_no_dollars(tmp_path: Path, mock: MockUpstream
 def test_the_new_default_answers_at_least_as_well_as_the_old(
     tmp_path: Path, mock: MockUpstream
 ) -> None:
-    """The default policy as shipped (price trigger on) and as before issue 19 (thresholds
-    only), priced, with an 8k window so that the window's trigger fires on these transcripts."""
+    """The default policy as shipped (price trigger on) and with the token thresholds only (as
+    before the price trigger), priced, with an 8k window so that the window's trigger fires on
+    these transcripts."""
     transcripts = builtin_transcripts(rounds=30, turns=20, documents=6)
     probes = [p for t in transcripts for p in t.probes]
     EvalProvider(mock, answers={p.question: p.answer for p in probes}, keep=frozenset())

@@ -1,4 +1,4 @@
-"""``eval --recall`` (issue 20): on the coding-agent transcript with aggressive clearing (tool
+"""``eval --recall``: on the coding-agent transcript with aggressive clearing (tool
 results older than two rounds stubbed, old rounds summarized), the mock answerer, which answers
 only from what it was sent and fetches back every original in sight when the recall tool is
 offered, answers with recall at least 95% as well as with the full history, and better than on

@@ -1,6 +1,8 @@
-"""The state package's settings sections: ``store:`` and ``conversation:`` (the YAML contract,
+"""The settings sections of state: ``store:`` and ``conversation:`` (the YAML contract,
 docs/configuration.md). The root ``proxy.config.settings.Settings`` holds them; the store and the
-tenancy are given only their own section."""
+tenancy are given only their own section. They live in config, not beside the store, because the
+root settings must import them and state imports config: a section in state made the two layers
+import each other."""
 
 from __future__ import annotations
 
