@@ -21,9 +21,8 @@ gathers what the rule weighs for one request:
 It looks only at prompts of ``pays_from_tokens`` or more, with a known pace (two growing turns
 seen) and a price to decide with (the model's, else ``pricing.reference``: a local model or a
 gateway's alias is decided at a typical agent model's prices); otherwise the token triggers
-decide alone. The prompt's tokens are the
-proxy's counts: the decision compares two prompts counted alike, so a tokenizer that differs from
-the provider's moves both sides.
+decide alone. The prompt's tokens are the proxy's counts: the decision compares two prompts
+counted alike, so a tokenizer that differs from the provider's moves both sides.
 """
 
 from __future__ import annotations
