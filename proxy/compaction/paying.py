@@ -19,9 +19,10 @@ gathers what the rule weighs for one request:
   is the moment compacting costs no break.
 
 It looks only at prompts of ``pays_from_tokens`` or more, with a known pace (two growing turns
-seen) and a priced model; otherwise the token triggers decide alone. The prompt's tokens are the
-proxy's counts: the decision compares two prompts counted alike, so a tokenizer that differs from
-the provider's moves both sides.
+seen) and a price to decide with (the model's, else ``pricing.reference``: a local model or a
+gateway's alias is decided at a typical agent model's prices); otherwise the token triggers
+decide alone. The prompt's tokens are the proxy's counts: the decision compares two prompts
+counted alike, so a tokenizer that differs from the provider's moves both sides.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from proxy.core.headroom import PAYS
 from proxy.core.planner import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.economics.decision import Outlook, PriceDecision, decide
-from proxy.economics.prices import PriceTable
+from proxy.economics.prices import Price, PriceTable
 
 CACHE_TTL_SECONDS = 300.0  # Anthropic's cache life; OpenAI keeps an idle prefix 5-10 minutes
 SUMMARY_SHARE = 0.1  # a summary is estimated at this share of what it reads...
@@ -69,10 +70,15 @@ class PriceTrigger:
         self._prices = prices
         self._counter = counter
 
+    @property
+    def reference(self) -> Price | None:
+        """What the decision assumes for an unpriced model (None: it does not decide)."""
+        return self._prices.reference
+
     def cannot_price(self, conv: Conversation) -> bool:
-        """``pays`` is on but the model has no price: only the token thresholds decide, which
-        the answer says (a local model or a gateway's alias waits for the window otherwise
-        without a word)."""
+        """``pays`` is on but the model has no price: the decision assumes the reference, or
+        only the token thresholds decide; the answer says which (a local model or a gateway's
+        alias would otherwise be decided for without a word)."""
         policy = conv.policy
         return (
             policy.strategy == "summarize"
@@ -89,7 +95,7 @@ class PriceTrigger:
             and trigger.pays
             and not current.fired
             and current.tokens_after >= trigger.pays_from_tokens
-            and self._prices.price(conv.model).priced
+            and self._prices.for_decision(conv.model).priced
         )
 
     def check(
@@ -108,7 +114,7 @@ class PriceTrigger:
         if growth is None:
             return None
         policy = conv.policy
-        price = self._prices.price(conv.model)
+        price = self._prices.for_decision(conv.model)
         candidate = plan_with(conv, checkpoint, counter=self._counter, fire=(PAYS,))
         own = self._settings.summarizer.for_policy(policy, request_model=conv.model)
         summary_in = summary_out = 0

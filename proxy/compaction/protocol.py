@@ -18,7 +18,9 @@ was retried compacted harder;
 ``X-Compaction-Ledger`` (a policy's ``ledger_header``) the conversation's dollars so far;
 under ``strategy: native``, ``X-Compaction-Strategy`` (what ran) and ``X-Compaction-Native``
 (what the provider did); ``X-Compaction-Warning: unpriced-model`` when ``trigger.pays`` is on
-and the model has no price (the price trigger cannot decide: the token thresholds alone do);
+and the model has no price, with ``; reference=IN/CACHED/WRITE/OUT`` (dollars per million) when
+the price trigger decides at ``pricing.reference`` instead (without it the token thresholds alone
+decide);
 ``X-Compaction-Recalls`` and ``X-Compaction-Recall-Tokens`` when the proxy answered the model's
 recall calls (rounds, and the tokens they were billed; a stream that recalls after its text says
 the rounds in an SSE comment, ``: x-compaction-recalls N``).
@@ -31,6 +33,7 @@ package reads and which cannot import it.
 from __future__ import annotations
 
 from proxy.core.planner import Plan
+from proxy.economics.prices import Price
 from proxy.types import HeaderView, RawHeaders
 
 PREFIX = "x-compaction"  # every header of ours starts so: never forwarded upstream
@@ -48,7 +51,7 @@ APPLIED = "x-compaction-applied"  # response: summary, stubs, dropped, joined by
 RECALLS = "x-compaction-recalls"  # response: recall rounds run for this answer
 RECALL_TOKENS = "x-compaction-recall-tokens"  # response: the tokens those rounds were billed
 WARNING = "x-compaction-warning"  # response: the policy's numbers fall short (headroom,
-# unpriced-model: trigger.pays is on but the model has no price; the token thresholds decide)
+# unpriced-model: trigger.pays is on but the model has no price; decided at pricing.reference)
 
 ANSWERED = "answered"  # response: an agent's own compaction, answered by the proxy itself
 
@@ -75,7 +78,19 @@ STRATEGY_BYTES = STRATEGY.encode()
 NATIVE_BYTES = NATIVE.encode()
 RECALLS_BYTES = RECALLS.encode()
 RECALL_TOKENS_BYTES = RECALL_TOKENS.encode()
-UNPRICED_WARNING = (_WARNING, b"unpriced-model")
+
+
+def unpriced_warning(reference: Price | None) -> tuple[bytes, bytes]:
+    """``X-Compaction-Warning`` for a model without a price: with the reference prices the
+    price trigger assumed instead, dollars per million (input/cached/write/output)."""
+    if reference is None:
+        return (_WARNING, b"unpriced-model")
+    figures = (reference.input, reference.cached_input, reference.cache_write, reference.output)
+    return (_WARNING, b"unpriced-model; reference=" + "/".join(map(_dollars, figures)).encode())
+
+
+def _dollars(value: float) -> str:
+    return f"{value:g}"
 
 
 def switched_off(headers: HeaderView) -> bool:

@@ -236,7 +236,7 @@ class Rewriter:
             # The summary asked on the prompt the provider is about to cache (issue 19).
             pending = replace(pending, prefix=PrefixSource(sent, dialect, incoming.call))
         if self._price is not None and self._price.cannot_price(conv):
-            added = [*added, protocol.UNPRICED_WARNING]
+            added = [*added, protocol.unpriced_warning(self._price.reference)]
         if fell_back:  # native asked for where the provider offers none: which strategy ran
             added = [*added, (protocol.STRATEGY_BYTES, policy.strategy.encode())]
         return Decision(

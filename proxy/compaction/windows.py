@@ -104,18 +104,23 @@ def startup_warnings(settings: Settings) -> list[str]:
         else "learned from the provider's first overflow answer (upstream.discover_windows is off)"
     )
     return [
-        f"policy {name!r} {_compacts_on(policy)}: a model without a window in the models "
-        f"table is not compacted until its window is {how}"
+        f"policy {name!r} {_compacts_on(policy, settings)}: a model without a window in the "
+        f"models table is not compacted by its window until the window is {how}"
         for name, policy in settings.policies.items()
         if relies_on_window(policy)
     ]
 
 
-def _compacts_on(policy: PolicySettings) -> str:
+def _compacts_on(policy: PolicySettings, settings: Settings) -> str:
     if policy.trigger.pays and policy.strategy == "summarize":
+        if settings.pricing.reference is not None:
+            return (
+                "compacts on context_fraction, and by price (trigger.pays; a model without a "
+                "price is decided at pricing.reference)"
+            )
         return (
             "compacts on context_fraction, and by price (trigger.pays) only for a model with a "
-            "price (built in or under pricing)"
+            "price (built in or under pricing; pricing.reference is null)"
         )
     return "compacts only on context_fraction"
 

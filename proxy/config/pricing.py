@@ -10,6 +10,13 @@ for the models no entry here names; ``models`` overrides it, ``default`` prices 
         "gpt-4.1*": {input: 2.0, cached_input: 0.5, output: 8.0}
         "my-claude-proxy*": {input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 15.0}
       default: {input: 1.0, cached_input: 0.25, output: 4.0}
+      reference: {input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 15.0}
+
+``reference`` is what the price trigger assumes for a model that stays unpriced (a local model, a
+gateway's alias): whether a compaction pays depends mostly on the ratios (a cached read a tenth
+of input, a cache write 1.25x, a summarizer cheaper than the model), so a typical agent model's
+prices let it compact about when a priced model would. It is never billed: the ledger still
+counts that model as unpriced ($0).
 """
 
 from __future__ import annotations
@@ -65,7 +72,16 @@ class PricingSettings(Section):
     default: ModelPrice | None = Field(
         None,
         description="Prices of a model that neither `models` nor the built-in table names; "
-        "null: such a model is unpriced (0 dollars, flagged as unpriced in the ledger, and "
-        "compaction falls back to its token thresholds). Either way a warning is logged once "
-        "per model.",
+        "null: such a model is unpriced (0 dollars, flagged as unpriced in the ledger; the price "
+        "trigger assumes `reference`). Either way a warning is logged once per model.",
+    )
+    reference: ModelPrice | None = Field(
+        default_factory=lambda: ModelPrice(
+            input=3.0, cached_input=0.3, cache_write=3.75, output=15.0
+        ),
+        description="Prices the price trigger (trigger.pays) assumes for a model that stays "
+        "unpriced, to decide when compacting pays; never billed (the ledger counts the model "
+        "as unpriced). Default: Claude Sonnet's (a 200k agent model; a cached read 0.1x and a "
+        "cache write 1.25x of input, the ratios where compacting pays last). null: an unpriced "
+        "model compacts on its token thresholds only (80% of the window by default).",
     )

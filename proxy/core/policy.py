@@ -81,7 +81,8 @@ class TriggerSettings(PolicyModel):
     pays: bool = Field(
         True,
         description="Also fire when compacting now pays for itself at the model's prices, prompt "
-        "caching included (docs/cost.md#deciding-by-price); unpriced models never fire by price.",
+        "caching included (docs/cost.md#deciding-by-price); a model without a price is decided at "
+        "pricing.reference (null: never by price).",
     )
     pays_from_tokens: NonNegativeInt = Field(
         32_000,

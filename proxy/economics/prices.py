@@ -18,7 +18,9 @@ dated snapshot (``gpt-4.1-2025-04-14``, ``claude-sonnet-4-5-20250929``) finds it
 specific globs come before their family's catch-all. A gateway's prefix (``openai/gpt-4.1``) is
 tried without it too. A model nothing matches is priced as ``pricing.default`` when set, else
 unpriced (0 dollars, ``Price.priced`` false), with a warning logged once per model: never an
-error, since a request must not fail because its model has no price.
+error, since a request must not fail because its model has no price. The price trigger still
+decides for such a model, at ``pricing.reference`` (``PriceTable.for_decision``): it is never
+what the ledger bills.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ PER_MILLION = 1_000_000
 READ_ON = "2026-11-24"  # when the built-in entries were read
 MAX_REMEMBERED = 1024  # model names whose price is remembered (and warned about) at once
 
-PriceSource = Literal["config", "builtin", "default", "unpriced"]
+PriceSource = Literal["config", "builtin", "default", "unpriced", "reference"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +176,25 @@ class PriceTable:
             if settings.default is None
             else _from_settings("*", settings.default, "default")
         )
+        self._reference = (
+            None
+            if settings.reference is None
+            else _from_settings("*", settings.reference, "reference")
+        )
         self._known: dict[str, Price] = {}
+
+    @property
+    def reference(self) -> Price | None:
+        """What the price trigger assumes for an unpriced model; None: it does not decide."""
+        return self._reference
+
+    def for_decision(self, model: str) -> Price:
+        """``model``'s price for deciding whether compacting pays: its own, else the reference
+        (unpriced when there is none). Never for billing: the ledger keeps ``price``."""
+        found = self.price(model)
+        if found.priced or self._reference is None:
+            return found
+        return self._reference
 
     def price(self, model: str) -> Price:
         """``model``'s price; for a model no entry names, the default (warned once)."""

@@ -4,8 +4,9 @@ would be sent and from ``X-Compaction``.
 
 What a user notices: under a priced model the default policy compacts a long conversation well
 before the window forces it, once a summary pays for itself over the turns to come; a cold cache
-(the conversation idle past the cache's TTL) is the moment it pays soonest; an unpriced model,
-``pays: false`` or a prompt under ``pays_from_tokens`` leave it to the token thresholds.
+(the conversation idle past the cache's TTL) is the moment it pays soonest; an unpriced model is
+decided at ``pricing.reference``; ``pays: false``, a prompt under ``pays_from_tokens`` or an
+unpriced model without a reference leave it to the token thresholds.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ models: {{"priced-model": {{context_window: 1000000, encoding: o200k_base}}}}
 pricing:
   models:
     "priced-model": {{input: 2.0, cached_input: 0.5, output: 8.0}}
+    "twin-model": {{input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 15.0}}
+  reference: {reference}
 summarizer: {{model: priced-model, max_summary_tokens: 256}}
 policies:
   default:
@@ -34,6 +37,14 @@ policies:
     keep: {{interactions: 1}}
     trigger: {{pays: {pays}, pays_from_tokens: 2000}}
 """
+# The default reference's prices: the twin-model's.
+SONNET = "{input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 15.0}"
+
+
+def config_with(pays: str = "true", reference: str = SONNET) -> str:
+    return CONFIG.format(pays=pays, reference=reference)
+
+
 MINUTE = 60.0
 
 
@@ -77,10 +88,8 @@ def test_a_long_conversation_is_compacted_once_a_summary_pays(tiktoken_files: ob
     clock = Clock()
     bodies = [turns(n) for n in range(2, 14)]
     gaps = [MINUTE] * len(bodies)
-    priced = asyncio.run(play(compactor(CONFIG.format(pays="true"), clock), clock, bodies, gaps))
-    thresholds = asyncio.run(
-        play(compactor(CONFIG.format(pays="false"), Clock()), clock, bodies, gaps)
-    )
+    priced = asyncio.run(play(compactor(config_with(), clock), clock, bodies, gaps))
+    thresholds = asyncio.run(play(compactor(config_with("false"), Clock()), clock, bodies, gaps))
 
     assert "applied" in priced, priced
     first = priced.index("applied")
@@ -89,13 +98,20 @@ def test_a_long_conversation_is_compacted_once_a_summary_pays(tiktoken_files: ob
     assert set(thresholds) == {"skipped"}  # the window alone would never have fired
 
 
-def test_an_unpriced_model_is_left_to_the_token_thresholds(tiktoken_files: object) -> None:
-    clock = Clock()
+def test_an_unpriced_model_is_decided_at_the_reference_prices(tiktoken_files: object) -> None:
+    """A model without a price is decided at ``pricing.reference``: compacted as a model with
+    those prices is; with no reference, left to the token thresholds."""
     bodies = [turns(n, model="some-unpriced-model") for n in range(2, 14)]
-    outcomes = asyncio.run(
-        play(compactor(CONFIG.format(pays="true"), clock), clock, bodies, [MINUTE] * len(bodies))
-    )
-    assert set(outcomes) == {"skipped"}
+    twin = [turns(n, model="twin-model") for n in range(2, 14)]
+    gaps = [MINUTE] * len(bodies)
+
+    def outcomes(config: str, sent: list[bytes]) -> list[str]:
+        clock = Clock()
+        return asyncio.run(play(compactor(config, clock), clock, sent, gaps))
+
+    assert outcomes(config_with(), bodies) == outcomes(config_with(), twin)
+    assert "applied" in outcomes(config_with(), bodies)
+    assert set(outcomes(config_with(reference="null"), bodies)) == {"skipped"}
 
 
 def test_a_cold_cache_is_the_moment_compacting_pays(tiktoken_files: object) -> None:
@@ -104,12 +120,10 @@ def test_a_cold_cache_is_the_moment_compacting_pays(tiktoken_files: object) -> N
     written in full either way, and the same request is compacted."""
     bodies = [turns(n) for n in range(3, 7)]
     warm_clock, cold_clock = Clock(), Clock()
-    warm = asyncio.run(
-        play(compactor(CONFIG.format(pays="true"), warm_clock), warm_clock, bodies, [MINUTE] * 4)
-    )
+    warm = asyncio.run(play(compactor(config_with(), warm_clock), warm_clock, bodies, [MINUTE] * 4))
     cold = asyncio.run(
         play(
-            compactor(CONFIG.format(pays="true"), cold_clock),
+            compactor(config_with(), cold_clock),
             cold_clock,
             bodies,
             [MINUTE, MINUTE, MINUTE, 10 * MINUTE],
@@ -125,7 +139,7 @@ def test_the_price_is_weighed_again_after_each_compaction(tiktoken_files: object
     from the summary, compacting again pays (the applied summary is the new base), so what is
     sent stays a fraction of the history instead of growing with it."""
     clock = Clock()
-    made = compactor(CONFIG.format(pays="true"), clock)
+    made = compactor(config_with(), clock)
     view = HeaderView.of([(b"x-conversation-id", b"c1")])
 
     async def sent_sizes() -> list[tuple[str, int]]:
@@ -147,18 +161,21 @@ def test_the_price_is_weighed_again_after_each_compaction(tiktoken_files: object
 
 
 def test_an_answer_says_when_its_model_is_unpriced(tiktoken_files: object) -> None:
-    """``pays`` has nothing to decide with for a model without a price (a local model, a
-    gateway's alias): the answer says so, and a priced model's answer does not."""
+    """A model without a price (a local model, a gateway's alias): the answer says so and names
+    the prices the decision assumed, or none when no reference is set; a priced model's answer
+    says nothing."""
     clock = Clock()
-    made = compactor(CONFIG.format(pays="true"), clock)
     view = HeaderView.of([(b"x-conversation-id", b"c1")])
 
-    async def headers(model: str) -> dict[bytes, bytes]:
+    async def headers(model: str, config: str | None = None) -> dict[bytes, bytes]:
+        made = compactor(config or config_with(), clock)
         raw = turns(2, model=model)
         decision = await made.decide(Incoming(view, Body(raw), CHAT, {}, False))
         return dict(decision.response_headers)
 
     unpriced = asyncio.run(headers("some-unpriced-model"))
-    priced = asyncio.run(headers("priced-model"))
-    assert unpriced[b"x-compaction-warning"] == b"unpriced-model"
-    assert b"x-compaction-warning" not in priced
+    with_price = asyncio.run(headers("priced-model"))
+    assert unpriced[b"x-compaction-warning"] == b"unpriced-model; reference=3/0.3/3.75/15"
+    assert b"x-compaction-warning" not in with_price
+    alone = asyncio.run(headers("some-unpriced-model", config_with(reference="null")))
+    assert alone[b"x-compaction-warning"] == b"unpriced-model"
