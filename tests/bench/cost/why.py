@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parents[3]
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken"))
 
 from tests.bench.cost import as_users  # noqa: E402
-from tests.bench.cost.caching import Usage  # noqa: E402
 from tests.bench.cost.prices import GPT_4O_MINI, PriceModel  # noqa: E402
 from tests.bench.cost.provider import BillingLine, CachingProvider  # noqa: E402
 from tests.bench.cost.replay import Seen, replay  # noqa: E402
@@ -78,10 +77,13 @@ def rows(
     turns = [line for line in direct if not line.summarizer]
     k = -1
     total = 0.0
+    made = 0.0  # summarizer dollars since the previous turn
+    before: tuple[BillingLine, BillingLine] | None = None  # the previous turn, direct and proxied
     for line in proxied:
         cost = price_of(line, cell).cost(line.usage, line.output)
         if line.summarizer:
             total += cost
+            made += cost
             yield (
                 f"{'':>4} summary {line.model:<18} in {line.usage.prompt:>7,} cached "
                 f"{line.usage.cached:>7,} out {line.output:>5}  ${cost:.4f}  diff {total:+.4f}"
@@ -97,26 +99,47 @@ def rows(
         sizes = (
             f"{h.get('x-compaction-tokens-before', '')}->{h.get('x-compaction-tokens-after', '')}"
         )
-        note = broken(d.usage, line.usage, cell.price)
+        note = ""
+        if before is not None:
+            note = broken(before, (d, line), cell.price, left=len(turns) - 1 - k, made=made)
         yield (
             f"{k:>4} direct {d.usage.prompt:>7,}/{d.usage.cached:>7,}/{d.usage.written:>6,} "
             f"${dcost:.4f} | proxy {line.usage.prompt:>7,}/{line.usage.cached:>7,}/"
             f"{line.usage.written:>6,} ${cost:.4f}  diff {total:+.4f}  {outcome} {sizes} "
             f"{applied}{note}"
         )
+        before = (d, line)
+        made = 0.0
 
 
-def broken(direct: Usage, proxied: Usage, price: PriceModel) -> str:
-    """A cache break: the proxied prompt read fewer cached tokens than the direct one and sent at
-    least 2,048 uncached; what those cost over the cached price (written ones at the write price,
-    the rest at the input price), against the same turn sent direct."""
-    fresh = proxied.prompt - proxied.cached
-    if proxied.cached >= direct.cached or fresh < 2048 or direct.cached == 0:
+def broken(
+    before: tuple[BillingLine, BillingLine],
+    now: tuple[BillingLine, BillingLine],
+    price: PriceModel,
+    *,
+    left: int,
+    made: float,
+) -> str:
+    """A cache break: this proxied turn sent at least 2,048 more tokens uncached than the same
+    turn direct. What that cost over the cached price (written tokens at the write price, the
+    rest at the input price), what the shorter prompt saves on each later turn (the tokens it
+    lost against the previous proxied prompt grown as direct grew, at the cached price) over the
+    ``left`` turns still to come, and the net with ``made``, the summaries paid since."""
+    (d0, p0), (d, p) = before, now
+    fresh = (p.usage.prompt - p.usage.cached) - (d.usage.prompt - d.usage.cached)
+    if fresh < 2048:
         return ""
-    extra = proxied.written * (price.cache_write - price.cached_input) + (
-        proxied.uncached - direct.uncached
+    extra = (p.usage.written - d.usage.written) * (price.cache_write - price.cached_input) + (
+        p.usage.uncached - d.usage.uncached
     ) * (price.input - price.cached_input)
-    return f"  BREAK: {fresh:,} not cached (~${max(extra, 0) / 1e6:.4f} over cached)"
+    extra = max(extra, 0) / 1e6
+    cut = p0.usage.prompt + (d.usage.prompt - d0.usage.prompt) - p.usage.prompt
+    saving = max(cut, 0) * price.cached_input / 1e6
+    net = saving * left - extra - made
+    return (
+        f"  BREAK: {fresh:,} more uncached, +${extra:.4f} over cached; prompt -{cut:,} saves "
+        f"${saving:.4f}/turn x {left} left = ${saving * left:.4f}; net {net:+.4f}"
+    )
 
 
 def main() -> None:
