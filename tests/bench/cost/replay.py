@@ -87,9 +87,16 @@ class Target:
 Billed = tuple[int, int, int, int]  # prompt, cached, written, output, as the client read them
 
 
-def replay(transcript: Transcript, rule: Rule, target: Target, tokenizer: Tokenizer) -> Seen:
-    """Play every turn of ``transcript`` to ``target``; what the client saw."""
-    seen = Seen()
+def replay(
+    transcript: Transcript,
+    rule: Rule,
+    target: Target,
+    tokenizer: Tokenizer,
+    seen: Seen | None = None,
+) -> Seen:
+    """Play every turn of ``transcript`` to ``target``; what the client saw (into ``seen``
+    when given: a subclass may keep more of each answer)."""
+    seen = Seen() if seen is None else seen
     api = (_Chat if rule.name == "openai" else _Messages)(transcript, rule.model, target, seen)
     try:
         for k, turn in enumerate(transcript.turns()):
