@@ -30,7 +30,7 @@ package reads and which cannot import it.
 
 from __future__ import annotations
 
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.types import HeaderView, RawHeaders
 
 PREFIX = "x-compaction"  # every header of ours starts so: never forwarded upstream

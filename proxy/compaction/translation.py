@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from proxy.compaction.native import NativeAdapter
 from proxy.compaction.recall_contract import RecallShape
 from proxy.core.facts import FactLookup
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from typing import Any
 from proxy import wirejson
 from proxy.core.facts import FactLookup
 from proxy.core.pins import PINNED
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
 from proxy.dialects.anthropic_native import ANTHROPIC_NATIVE
 from proxy.dialects.anthropic_placement import placed

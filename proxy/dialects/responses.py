@@ -29,7 +29,7 @@ from typing import Any
 
 from proxy import wirejson
 from proxy.core.facts import FactLookup
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.dialects.base import HASHED, WIRE, Neutral, cleared_wires, wire_groups
 from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.responses_native import RESPONSES_NATIVE

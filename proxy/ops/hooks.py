@@ -37,7 +37,7 @@ from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryStored
 from proxy.config.settings import HookSettings
 from proxy.core.messages import validate_messages
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError, InvalidRequest
 from proxy.events import Listeners
