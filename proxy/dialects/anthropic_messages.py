@@ -216,7 +216,7 @@ def _neutral_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
     return tools
 
 
-def _system_messages(system: object) -> list[dict[str, Any]]:
+def _system_messages(system: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     if system is None:
         return []
     if isinstance(system, str):
