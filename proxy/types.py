@@ -3,20 +3,61 @@
 ``RawHeaders`` is the ASGI and upstream shape (lower-case names as bytes, in order, repeats
 kept). ``HeaderView`` reads them once per request into a ``str`` mapping: everything that asks
 "what did the client send in header X" asks the view, never the raw list again.
+
+``ToolCall`` is a tool call in the neutral (chat completions) shape, as each dialect builds it
+from its own wire items and compaction reads it back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from starlette.types import Message, Receive, Scope, Send
 
-__all__ = ["JSON", "HeaderView", "Message", "RawHeaders", "Receive", "Scope", "Send"]
+__all__ = [
+    "JSON",
+    "CustomCall",
+    "CustomToolCall",
+    "FunctionCall",
+    "FunctionToolCall",
+    "HeaderView",
+    "Message",
+    "RawHeaders",
+    "Receive",
+    "Scope",
+    "Send",
+    "ToolCall",
+]
 
 RawHeaders = list[tuple[bytes, bytes]]
 JSON = dict[str, Any]  # a parsed JSON object, as a request or response body holds it
+
+
+class FunctionCall(TypedDict):
+    name: str
+    arguments: str  # JSON text, as chat completions carries a function's arguments
+
+
+class FunctionToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class CustomCall(TypedDict):
+    name: str
+    input: str  # free text: a custom tool (Responses' custom_tool_call) takes no JSON
+
+
+class CustomToolCall(TypedDict):
+    id: str
+    type: Literal["custom"]
+    custom: CustomCall
+
+
+ToolCall = FunctionToolCall | CustomToolCall
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
 from proxy.errors import InvalidRequest, ProxyError
+from proxy.types import FunctionToolCall
 
 _ROLES = ("user", "assistant", "system")
 _CACHE_MARK = "cache_control"
@@ -161,7 +162,7 @@ def _parts(content: object) -> str | list[dict[str, Any]]:
     return [p for b in content if isinstance(b, dict) and (p := _part(b)) is not None]
 
 
-def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
+def _tool_call(block: dict[str, Any]) -> FunctionToolCall:
     value = block.get("input", {})
     # The wire block goes out as it came; an input nested past what a JSON writer descends
     # is only not shown to the planner and the summarizer.

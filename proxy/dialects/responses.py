@@ -35,6 +35,7 @@ from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.responses_native import RESPONSES_NATIVE
 from proxy.dialects.responses_recall import RESPONSES_RECALL
 from proxy.errors import InvalidRequest, ProxyError
+from proxy.types import FunctionCall, FunctionToolCall, ToolCall
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
@@ -70,10 +71,25 @@ _STUBBABLE = frozenset(
     {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 )
 _COMPACTION_TEXT = "[compaction: earlier turns, summarized by the provider]"
-# Calls that are chat tool calls of their own: the neutral call's type and its payload field.
-_TYPED_CALLS = {"function_call": ("function", "arguments"), "custom_tool_call": ("custom", "input")}
+# Calls that are chat tool calls of their own, and their payload field (``_typed_call``).
+_TYPED_CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 # Fields of a call item that are not what it asks for (read as its arguments otherwise).
 _CALL_META = frozenset({"type", "id", "call_id", "status", "name", "caller"})
+
+
+def _typed_call(item: dict[str, Any]) -> ToolCall:
+    """A function_call or custom_tool_call item (its fields checked) as the neutral call."""
+    if item["type"] == "custom_tool_call":
+        return {
+            "id": item["call_id"],
+            "type": "custom",
+            "custom": {"name": item["name"], "input": item["input"]},
+        }
+    return {
+        "id": item["call_id"],
+        "type": "function",
+        "function": {"name": item["name"], "arguments": item["arguments"]},
+    }
 
 
 def parse_responses_body(raw: bytes) -> dict[str, Any]:
@@ -161,19 +177,18 @@ class _Builder:
         turn = self._open_turn()
         turn[WIRE].append(item)
         if kind in _TYPED_CALLS:
-            family, payload = _TYPED_CALLS[kind]
-            for field in ("call_id", "name", payload):
+            for field in ("call_id", "name", _TYPED_CALLS[kind]):
                 if not isinstance(item.get(field), str):
                     raise _invalid(index, field, "must be a string")
-            call = {"name": item["name"], payload: item[payload]}
-            turn["tool_calls"].append({"id": item["call_id"], "type": family, family: call})
+            turn["tool_calls"].append(_typed_call(item))
         elif kind in _CALLS and isinstance(item.get(_CALLS[kind]), str):
             call_id = item[_CALLS[kind]]
             if kind == "local_shell_call" and isinstance(item.get("id"), str):
                 self.call_ids[item["id"]] = call_id
             asks = {k: v for k, v in item.items() if k not in _CALL_META}
-            call = {"name": str(item.get("name", kind)), "arguments": _json(asks)}
-            turn["tool_calls"].append({"id": call_id, "type": "function", "function": call})
+            call: FunctionCall = {"name": str(item.get("name", kind)), "arguments": _json(asks)}
+            shell: FunctionToolCall = {"id": call_id, "type": "function", "function": call}
+            turn["tool_calls"].append(shell)
         elif kind == "reasoning":
             # Its summary and its plain text (open-weight models send it back) are what of it
             # is readable: counted, and in the summarizer's transcript marked as reasoning, not
