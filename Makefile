@@ -99,4 +99,4 @@ lock: install-test
 		--output-file requirements-build.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info
