@@ -4,30 +4,39 @@
 kept). ``HeaderView`` reads them once per request into a ``str`` mapping: everything that asks
 "what did the client send in header X" asks the view, never the raw list again.
 
-``ToolCall`` is a tool call in the neutral (chat completions) shape, as each dialect builds it
-from its own wire items and compaction reads it back.
+``ToolCall`` and ``ContentPart`` are a tool call and a content part in the neutral (chat
+completions) shape, as each dialect builds them from its own wire items and the core counts and
+the summarizer reads them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from starlette.types import Message, Receive, Scope, Send
 
 __all__ = [
     "JSON",
+    "ContentPart",
     "CustomCall",
     "CustomToolCall",
+    "FileData",
+    "FilePart",
     "FunctionCall",
     "FunctionToolCall",
     "HeaderView",
+    "ImagePart",
+    "ImageUrl",
     "Message",
+    "OtherPart",
     "RawHeaders",
     "Receive",
+    "RefusalPart",
     "Scope",
     "Send",
+    "TextPart",
     "ToolCall",
 ]
 
@@ -58,6 +67,47 @@ class CustomToolCall(TypedDict):
 
 
 ToolCall = FunctionToolCall | CustomToolCall
+
+
+class TextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class RefusalPart(TypedDict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class ImageUrl(TypedDict):
+    # Empty or None when the image is not a URL the proxy reads (an Anthropic image, a Responses
+    # image by file id): images are counted, never shown.
+    url: str | None
+    detail: NotRequired[str | None]
+
+
+class ImagePart(TypedDict):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class FileData(TypedDict):
+    file_data: str
+    filename: NotRequired[str]
+
+
+class FilePart(TypedDict):
+    type: Literal["file"]
+    file: FileData
+
+
+class OtherPart(TypedDict):
+    """A part of a kind the proxy does not read (counted as nothing, named in transcripts)."""
+
+    type: str
+
+
+ContentPart = TextPart | RefusalPart | ImagePart | FilePart | OtherPart
 
 
 @dataclass(frozen=True)

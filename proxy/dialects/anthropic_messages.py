@@ -50,7 +50,7 @@ from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.types import FunctionToolCall
+from proxy.types import ContentPart, FunctionToolCall
 
 _ROLES = ("user", "assistant", "system")
 _CACHE_MARK = "cache_control"
@@ -133,7 +133,7 @@ def _hashed(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": [_unmarked(b) for b in content]}
 
 
-def _part(block: dict[str, Any]) -> dict[str, Any] | None:
+def _part(block: dict[str, Any]) -> ContentPart | None:
     """A content block as a chat part, for counting and the summarizer's transcript."""
     kind = block.get("type")
     if kind == "text":
@@ -154,7 +154,7 @@ def _part(block: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": "text", "text": wirejson.encode(_unmarked(block)).decode()}
 
 
-def _parts(content: object) -> str | list[dict[str, Any]]:
+def _parts(content: object) -> str | list[ContentPart]:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):

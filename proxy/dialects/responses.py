@@ -35,7 +35,7 @@ from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.responses_native import RESPONSES_NATIVE
 from proxy.dialects.responses_recall import RESPONSES_RECALL
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.types import FunctionCall, FunctionToolCall, ToolCall
+from proxy.types import ContentPart, FileData, FunctionCall, FunctionToolCall, TextPart, ToolCall
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
@@ -151,13 +151,10 @@ class _Builder:
             turn["content"].extend(content if isinstance(content, list) else [_text(content)])
             return
         self.turn = None
-        if (
-            role != "user"
-            and isinstance(content, list)
-            and all(p["type"] == "text" for p in content)
-        ):
+        texts = _all_text(content) if isinstance(content, list) else None
+        if role != "user" and texts is not None:
             # System text as a string: how a summary echoed back is recognised and stripped.
-            content = "\n".join(p["text"] for p in content)
+            content = "\n".join(texts)
         self.messages.append(_neutral(role, content, [item]))
 
     def _output(self, index: int, item: dict[str, Any], kind: str) -> None:
@@ -229,13 +226,13 @@ def _invalid(index: int, field: str, problem: str) -> InvalidRequest:
     return InvalidRequest(f"{where}: {problem}", param=where, code="invalid_input_item")
 
 
-def _check_content(index: int, content: object) -> str | list[dict[str, Any]]:
+def _check_content(index: int, content: object) -> str | list[ContentPart]:
     """A message's content as neutral content: the string, or its parts as chat parts."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise _invalid(index, "content", "must be a string or an array of parts")
-    parts = []
+    parts: list[ContentPart] = []
     for p, part in enumerate(content):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise _invalid(index, f"content[{p}]", "must be an object with a string type")
@@ -243,7 +240,7 @@ def _check_content(index: int, content: object) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _part(part: dict[str, Any]) -> dict[str, Any]:
+def _part(part: dict[str, Any]) -> ContentPart:
     """One content part as the chat part the core counts and the summarizer reads."""
     kind = part["type"]
     if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
@@ -254,16 +251,25 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
         detail = part.get("detail")
         return {"type": "image_url", "image_url": {"url": part.get("image_url"), "detail": detail}}
     if kind == "input_file":
-        file = {"file_data": part.get("file_data") or "", "filename": part.get("filename") or ""}
+        file: FileData = {
+            "file_data": part.get("file_data") or "",
+            "filename": part.get("filename") or "",
+        }
         return {"type": "file", "file": file}
     return {"type": kind}
 
 
-def _text(text: str) -> dict[str, Any]:
+def _all_text(parts: list[ContentPart]) -> list[str] | None:
+    """The parts' texts when every part is text; None when one is not."""
+    texts = [t for p in parts if p["type"] == "text" and isinstance(t := p.get("text"), str)]
+    return texts if len(texts) == len(parts) else None
+
+
+def _text(text: str) -> TextPart:
     return {"type": "text", "text": text}
 
 
-def _output_content(output: object) -> str | list[dict[str, Any]]:
+def _output_content(output: object) -> str | list[ContentPart]:
     if isinstance(output, str):
         return output
     if isinstance(output, list):
