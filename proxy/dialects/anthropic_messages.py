@@ -50,7 +50,7 @@ from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.types import ContentPart, FunctionToolCall
+from proxy.types import ContentPart, FunctionToolCall, TextPart
 
 _ROLES = ("user", "assistant", "system")
 _CACHE_MARK = "cache_control"
@@ -258,7 +258,7 @@ def _render_system(body: dict[str, Any], plan: Plan) -> tuple[bool, object]:
     injected (the summary, a notice) as text blocks; the client's string stays a string when
     nothing is added to it."""
     kept: list[Any] = []
-    added: list[dict[str, Any]] = []
+    added: list[TextPart] = []  # an Anthropic text block has a chat text part's shape
     for message in plan.messages:
         if message.get("role") != "system":
             continue
