@@ -25,6 +25,8 @@ __all__ = [
     "FileData",
     "FilePart",
     "FunctionCall",
+    "FunctionSchema",
+    "FunctionTool",
     "FunctionToolCall",
     "HeaderView",
     "ImagePart",
@@ -67,6 +69,19 @@ class CustomToolCall(TypedDict):
 
 
 ToolCall = FunctionToolCall | CustomToolCall
+
+
+class FunctionSchema(TypedDict):
+    name: str
+    description: str
+    parameters: Any  # the tool's JSON Schema, as the client sent it: any JSON value
+
+
+class FunctionTool(TypedDict):
+    """A tool definition in the chat shape (what the token counter reads of a request's tools)."""
+
+    type: Literal["function"]
+    function: FunctionSchema
 
 
 class TextPart(TypedDict):

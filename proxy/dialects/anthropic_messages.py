@@ -50,7 +50,7 @@ from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.types import ContentPart, FunctionToolCall, TextPart
+from proxy.types import ContentPart, FunctionTool, FunctionToolCall, TextPart
 
 _ROLES = ("user", "assistant", "system")
 _CACHE_MARK = "cache_control"
@@ -227,7 +227,7 @@ def _system_messages(system: str | list[dict[str, Any]] | None) -> list[dict[str
     ]
 
 
-def _tools(tools: object) -> object:
+def _tools(tools: object) -> list[FunctionTool] | None:
     """Anthropic tool definitions in the chat shape the counter reads."""
     if not isinstance(tools, list):
         return None
