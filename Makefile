@@ -33,9 +33,11 @@ test-tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# mypy strict over proxy/ (settings in pyproject.toml): a type error fails `make test`.
 lint: install-test
 	$(BIN)/ruff check proxy tests
 	$(BIN)/ruff format --check proxy tests
+	$(BIN)/mypy
 
 format: install-test
 	$(BIN)/ruff check --fix proxy tests
@@ -97,4 +99,4 @@ lock: install-test
 		--output-file requirements-build.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
+from prometheus_client.core import Metric
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -299,7 +300,7 @@ def _tokenizer_state(loading: list[asyncio.Future[bool]]) -> str:
     return "exact" if loading[0].result() else "approximate"
 
 
-def _store_metrics(store: Store) -> Iterator:
+def _store_metrics(store: Store) -> Iterator[Metric]:
     c = store.counters
     yield counter_family("proxy_store_errors", "Store calls that failed or timed out.", c.errors)
     yield counter_family(

@@ -142,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if agent_args:
         args.agent_args = agent_args
     try:
-        return args.func(args)
+        code: int = args.func(args)  # each subcommand's handler returns the exit code
+        return code
     except ConfigError as exc:  # a bad configuration is the user's to fix: no traceback
         print(f"compaction-proxy: {exc}", file=sys.stderr)
         return 2

@@ -3,20 +3,126 @@
 ``RawHeaders`` is the ASGI and upstream shape (lower-case names as bytes, in order, repeats
 kept). ``HeaderView`` reads them once per request into a ``str`` mapping: everything that asks
 "what did the client send in header X" asks the view, never the raw list again.
+
+``ToolCall`` and ``ContentPart`` are a tool call and a content part in the neutral (chat
+completions) shape, as each dialect builds them from its own wire items and the core counts and
+the summarizer reads them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from starlette.types import Message, Receive, Scope, Send
 
-__all__ = ["JSON", "HeaderView", "Message", "RawHeaders", "Receive", "Scope", "Send"]
+__all__ = [
+    "JSON",
+    "ContentPart",
+    "CustomCall",
+    "CustomToolCall",
+    "FileData",
+    "FilePart",
+    "FunctionCall",
+    "FunctionSchema",
+    "FunctionTool",
+    "FunctionToolCall",
+    "HeaderView",
+    "ImagePart",
+    "ImageUrl",
+    "Message",
+    "OtherPart",
+    "RawHeaders",
+    "Receive",
+    "RefusalPart",
+    "Scope",
+    "Send",
+    "TextPart",
+    "ToolCall",
+]
 
 RawHeaders = list[tuple[bytes, bytes]]
 JSON = dict[str, Any]  # a parsed JSON object, as a request or response body holds it
+
+
+class FunctionCall(TypedDict):
+    name: str
+    arguments: str  # JSON text, as chat completions carries a function's arguments
+
+
+class FunctionToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class CustomCall(TypedDict):
+    name: str
+    input: str  # free text: a custom tool (Responses' custom_tool_call) takes no JSON
+
+
+class CustomToolCall(TypedDict):
+    id: str
+    type: Literal["custom"]
+    custom: CustomCall
+
+
+ToolCall = FunctionToolCall | CustomToolCall
+
+
+class FunctionSchema(TypedDict):
+    name: str
+    description: str
+    parameters: Any  # the tool's JSON Schema, as the client sent it: any JSON value
+
+
+class FunctionTool(TypedDict):
+    """A tool definition in the chat shape (what the token counter reads of a request's tools)."""
+
+    type: Literal["function"]
+    function: FunctionSchema
+
+
+class TextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class RefusalPart(TypedDict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class ImageUrl(TypedDict):
+    # Empty or None when the image is not a URL the proxy reads (an Anthropic image, a Responses
+    # image by file id): images are counted, never shown.
+    url: str | None
+    detail: NotRequired[str | None]
+
+
+class ImagePart(TypedDict):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class FileData(TypedDict):
+    file_data: str
+    filename: NotRequired[str]
+
+
+class FilePart(TypedDict):
+    type: Literal["file"]
+    file: FileData
+
+
+class OtherPart(TypedDict):
+    """A part of a kind the proxy does not read (counted as nothing, named in transcripts)."""
+
+    type: str
+
+
+ContentPart = TextPart | RefusalPart | ImagePart | FilePart | OtherPart
 
 
 @dataclass(frozen=True)

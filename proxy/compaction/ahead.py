@@ -15,7 +15,7 @@ from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import AheadOfTimeDropped
 from proxy.compaction.prefix_summary import PrefixSource
 from proxy.compaction.summaries import Summaries
-from proxy.core.planner import SummaryRequest
+from proxy.core.plan import SummaryRequest
 from proxy.errors import SummarizerError
 from proxy.events import Listeners
 

@@ -19,7 +19,7 @@ class BackgroundQueue:
         self._queue: asyncio.Queue[tuple[str, Job]] = asyncio.Queue(maxsize=max_queue)
         self._concurrency = concurrency
         self._keys: set[str] = set()  # queued or running
-        self._workers: list[asyncio.Task] = []
+        self._workers: list[asyncio.Task[None]] = []
         self.dropped = 0
         self.failed = 0
         self.done = 0

@@ -37,7 +37,7 @@ from proxy.compaction.summarizer import SummarizerFactory
 from proxy.compaction.translation import Translator
 from proxy.compaction.windows import ModelWindows
 from proxy.core.checkpoints import Checkpoint
-from proxy.core.planner import Plan, SummaryRequest
+from proxy.core.plan import Plan, SummaryRequest
 from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
 from proxy.economics.prices import PriceTable

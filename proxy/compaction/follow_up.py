@@ -23,7 +23,7 @@ from proxy.compaction.offload import work
 from proxy.compaction.render import decided, render
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.spending import Spending, read_usage
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.events import Listeners
 from proxy.types import RawHeaders
 

@@ -31,7 +31,7 @@ from proxy.compaction.native import NATIVE, NativeAdapter, NativeReport, Unsuppo
 from proxy.compaction.render import with_cache_key
 from proxy.compaction.spending import Spending, read_usage
 from proxy.compaction.translation import Translator
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.policy import PolicySettings
 from proxy.events import Listeners
 from proxy.types import HeaderView, RawHeaders

@@ -35,7 +35,7 @@ from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryUnused
 from proxy.compaction.pending import PendingWrites
 from proxy.core.checkpoints import Checkpoint
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.economics.decision import turns_to_reach
 from proxy.errors import StoreError
 from proxy.events import Listeners

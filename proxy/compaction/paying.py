@@ -35,7 +35,7 @@ from proxy.compaction.planning import plan_with
 from proxy.compaction.settings import CompactionSettings
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.headroom import PAYS
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.economics.decision import Outlook, PriceDecision, decide
 from proxy.economics.prices import Price, PriceTable

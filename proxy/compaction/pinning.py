@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.compaction.protocol import CHECKPOINT_PARAM as _PARAM
-from proxy.core.checkpoints import Checkpoint, Message, Record, chain_hash, find_deepest
+from proxy.core.checkpoints import Checkpoint, Record, chain_hash, find_deepest
+from proxy.core.digests import Message
 from proxy.core.facts import FactLookup
 from proxy.errors import InvalidRequest
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from proxy import tracing
 from proxy.compaction.conversation import Conversation
 from proxy.core.checkpoints import Checkpoint
-from proxy.core.planner import Plan, PriorSummary, plan
+from proxy.core.plan import Plan, PriorSummary
+from proxy.core.planner import plan
 from proxy.core.tokens import TokenCounter
 
 # The strategy recorded on a checkpoint summarized ahead of time, before any trigger fired.

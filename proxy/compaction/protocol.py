@@ -32,7 +32,7 @@ package reads and which cannot import it.
 
 from __future__ import annotations
 
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.economics.prices import Price
 from proxy.types import HeaderView, RawHeaders
 

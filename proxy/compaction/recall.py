@@ -29,7 +29,7 @@ from proxy.compaction.recall_events import (
 from proxy.compaction.recall_notes import Piece, annotate
 from proxy.compaction.spending import Spending, read_usage
 from proxy.config.recall import RecallSettings
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.economics.usage import BilledUsage
 from proxy.events import Listeners

@@ -21,7 +21,7 @@ from typing import Any
 from proxy import wirejson
 from proxy.config.recall import RecallSettings
 from proxy.core.clearing import CLEARED_STUB
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
 
 # The core's stub (proxy/core/clearing.py), its token count captured.

@@ -10,7 +10,7 @@ from proxy import wirejson
 from proxy.compaction import protocol
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import CompactionDecided
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.types import RawHeaders
 
 OFF = CompactionDecided("off", "off")

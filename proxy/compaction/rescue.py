@@ -21,7 +21,7 @@ from proxy.compaction.offload import work
 from proxy.compaction.planning import plan_with
 from proxy.compaction.stored import StoredCheckpoints
 from proxy.compaction.summaries import Summaries
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.errors import SummarizerError
 from proxy.events import Listeners

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from proxy.compaction.conversation import Conversation
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 
 
 class PlanReview(Protocol):

@@ -44,7 +44,7 @@ from proxy.compaction.summaries import Summaries
 from proxy.compaction.translation import Neutral, Translator
 from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.facts import FactLookup
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.errors import PayloadTooLarge, SummarizerError
 from proxy.events import Listeners

@@ -44,7 +44,7 @@ class CompactionSettings:
         ):
             return Untouched()
         named = protocol.asked_policy(headers)
-        if named in self.policies and self.policies[named].strategy == "off":
+        if named is not None and named in self.policies and self.policies[named].strategy == "off":
             return Untouched(named)
         return None
 

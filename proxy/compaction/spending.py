@@ -27,7 +27,7 @@ from proxy.compaction import protocol
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import RequestPriced, SummaryPriced
 from proxy.compaction.pending import PendingWrites
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.economics.ledger import Ledger, add_request, add_summary
 from proxy.economics.prices import Price, PriceTable
 from proxy.economics.usage import BilledUsage, Wire, billed_usage

@@ -30,7 +30,7 @@ from proxy.compaction.summarizer import SummarizerFactory
 from proxy.config.settings import SummarizerSettings
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.pins import to_summarize
-from proxy.core.planner import SummaryRequest
+from proxy.core.plan import SummaryRequest
 from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter
 from proxy.economics.usage import BilledUsage

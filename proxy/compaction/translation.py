@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from proxy.compaction.native import NativeAdapter
 from proxy.compaction.recall_contract import RecallShape
 from proxy.core.facts import FactLookup
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -31,14 +31,20 @@ class Translator(Protocol):
 
     name: str  # the route label of metrics, logs and hooks
     history_field: str  # the body field holding the conversation, named in errors
+
+    # The three members below are read-only, so a dialect may declare each as a class attribute
+    # of its own narrower type (``native = None``).
     # The body field that names a prompt cache bucket (OpenAI's prompt_cache_key), set on a
     # body the proxy rewrites when the client sent none; None: the API has no such field.
-    cache_key_field: str | None
+    @property
+    def cache_key_field(self) -> str | None: ...
     # The API's own context management (``strategy: native``); None: it has none.
-    native: NativeAdapter | None
+    @property
+    def native(self) -> NativeAdapter | None: ...
     # The recall tool in this dialect's shape (offered, read back, answered:
     # ``proxy.compaction.recall_contract``); None: recall is never offered on this route.
-    recall: RecallShape | None
+    @property
+    def recall(self) -> RecallShape | None: ...
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         """The parsed body; InvalidRequest when no request of this dialect could be valid."""

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.compaction.events import WindowDiscovered, WindowLearned
 from proxy.compaction.window_sources import (
@@ -155,10 +155,13 @@ class _Discovered:
     retry_at: float  # monotonic time after which /models may be asked again
 
 
-class _Bounded(OrderedDict):
+_V = TypeVar("_V")
+
+
+class _Bounded(OrderedDict[str, _V]):
     """A dict that forgets its least recently set entries beyond ``MAX_MODELS``."""
 
-    def put(self, key: str, value: Any) -> None:
+    def put(self, key: str, value: _V) -> None:
         self[key] = value
         self.move_to_end(key)
         while len(self) > MAX_MODELS:
@@ -184,10 +187,10 @@ class ModelWindows:
         self._listeners = listeners or Listeners()
         self._clock = clock
         self._static: dict[str, tuple[Window, bool]] = {}  # model -> (table window, discover?)
-        self._learned: _Bounded = _Bounded()
-        self._discovered: _Bounded = _Bounded()
-        self._warned: _Bounded = _Bounded()
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._learned: _Bounded[int] = _Bounded()
+        self._discovered: _Bounded[_Discovered] = _Bounded()
+        self._warned: _Bounded[bool] = _Bounded()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._listing: tuple[float, object] | None = None  # (fetched at, parsed JSON)
         self._named: dict[str, None] = {}  # the first models requests named, for /metrics
 

@@ -14,12 +14,12 @@ def masked_dump(settings: BaseModel) -> dict[str, Any]:
         if isinstance(value, SecretStr):
             return "***"
         if isinstance(value, BaseModel):
-            fields = type(value).model_fields
-            return {f.alias or k: mask(getattr(value, k)) for k, f in fields.items()}
+            return masked_dump(value)
         if isinstance(value, dict):
             return {k: mask(v) for k, v in value.items()}
         if isinstance(value, tuple | list):
             return [mask(v) for v in value]
         return value
 
-    return mask(settings)
+    fields = type(settings).model_fields
+    return {f.alias or k: mask(getattr(settings, k)) for k, f in fields.items()}

@@ -92,7 +92,8 @@ def read_yaml(text: str, *, source: str, environ: Mapping[str, str]) -> dict[str
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
-    return _expand_env(raw, environ)
+    expanded: dict[str, Any] = _expand_env(raw, environ)  # a mapping expands to a mapping
+    return expanded
 
 
 def validate(model: type[M], data: dict[str, Any], *, text: str, source: str) -> M:

@@ -6,12 +6,17 @@ import each other."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from proxy.config.sections import Section as _Section
+
+
+class HeaderLookup(Protocol):
+    """What ``named_by`` reads headers through: a ``HeaderView`` or a plain mapping."""
+
+    def get(self, name: str, /) -> str | None: ...
 
 
 class StoreSettings(_Section):
@@ -124,7 +129,7 @@ class ConversationSettings(_Section):
         """The proxy's own header (the first): the one taken off what is forwarded."""
         return self.header[0]
 
-    def named_by(self, headers: Mapping[str, str]) -> tuple[str, str] | None:
+    def named_by(self, headers: HeaderLookup) -> tuple[str, str] | None:
         """The first configured header present in ``headers`` (lower-cased names, as a
         ``HeaderView`` or the request's mapping holds them) and its value; None if none is."""
         for name in self.header:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from proxy import wirejson
@@ -63,7 +63,7 @@ class _Lookups:
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         raise NotImplementedError
 
-    def digests(self, messages: Sequence[Message]) -> list[bytes]:
+    def digests(self, messages: Sequence[Mapping[str, Any]]) -> list[bytes]:
         """Each message's digest in the checkpoint chain, computed once per distinct message."""
         out = []
         for message, facts in zip(messages, self.scan(messages), strict=True):

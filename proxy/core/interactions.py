@@ -23,6 +23,7 @@ prompt's prefix does not change when a new user turn arrives.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -111,7 +112,7 @@ class Grouping:
         return tuple(sorted((*again, task)))
 
 
-def group(messages: list[dict[str, Any]]) -> Grouping:
+def group(messages: Sequence[dict[str, Any]]) -> Grouping:
     """Split ``messages`` into preamble + interactions and find the safe cut points."""
     total = len(messages)
     preamble_len = 0
@@ -140,7 +141,7 @@ def group(messages: list[dict[str, Any]]) -> Grouping:
     )
 
 
-def _safe_cuts(messages: list[dict[str, Any]], starts: list[int]) -> tuple[bool, ...]:
+def _safe_cuts(messages: Sequence[dict[str, Any]], starts: list[int]) -> tuple[bool, ...]:
     """For each start b: True unless a call at i < b is answered at j >= b (cutting there
     would orphan something). Ids may be empty or repeated: a result answers the latest call
     with its id, as providers read them."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from proxy.core.interactions import Grouping
 from proxy.core.keep import kept_tokens, task_tokens
@@ -57,6 +57,17 @@ class PlanContext:
     fixed_tokens: int  # reply priming + tools schemas
     budget: int
     summary_max_chars: int
+
+
+class PlanBasis(TypedDict):
+    """The fields of a ``Plan`` measured before any strategy runs (the same for every strategy)."""
+
+    source: list[dict[str, Any]]
+    strategy: str
+    tokens_before: int
+    grouping: Grouping
+    interaction_tokens: tuple[int, ...]
+    cleared: tuple[int, ...]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 from proxy.core import history
 from proxy.core.checkpoints import Checkpoint, Record
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 
 
 def describe_plan(plan: Plan, *, include_messages: bool = True) -> dict[str, Any]:

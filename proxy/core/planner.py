@@ -49,6 +49,7 @@ from proxy.core.keep import first_kept, kept_tokens
 from proxy.core.pins import pinned, unpinned
 from proxy.core.plan import (
     Plan,
+    PlanBasis,
     PlanContext,
     PriorSummary,
     SummaryRequest,
@@ -107,7 +108,7 @@ def plan(
         source, source_counts, grouping, policy, counter, model
     )
     per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
-    base = dict(
+    base = PlanBasis(
         source=source,
         strategy=policy.strategy,
         tokens_before=tokens_before,
@@ -231,7 +232,7 @@ class _Measured:
         # The next summary will be about as long as the one applied now, if any.
         summary_tokens = sum(ctx.counter.per_message(head[preamble:], ctx.model))
         whole_turns = _counts_whole_turns(ctx.policy, self.window)
-        room = with_headroom(
+        headroom = with_headroom(
             ctx,
             grouping,
             max(cut, floor),
@@ -240,7 +241,7 @@ class _Measured:
             summary_tokens=summary_tokens,
             whole_turns=whole_turns,
         )
-        return replace(room, cut=max(room.cut, floor))
+        return replace(headroom, cut=max(headroom.cut, floor))
 
 
 @dataclass(frozen=True, slots=True)

@@ -271,7 +271,9 @@ def _part_tokens(part: dict[str, Any], length: Length) -> int:
         seconds = len(str(data)) * 3 / 4 / AUDIO_BYTES_PER_SECOND
         return math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
     if kind == "file":
-        file = part.get("file") if isinstance(part.get("file"), dict) else {}
+        file = part.get("file")
+        if not isinstance(file, dict):
+            file = {}
         data = str(file.get("file_data", ""))
         if not data:
             return FILE_REFERENCE_TOKENS

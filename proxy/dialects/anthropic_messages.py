@@ -41,7 +41,7 @@ from typing import Any
 from proxy import wirejson
 from proxy.core.facts import FactLookup
 from proxy.core.pins import PINNED
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
 from proxy.dialects.anthropic_native import ANTHROPIC_NATIVE
 from proxy.dialects.anthropic_placement import placed
@@ -50,6 +50,7 @@ from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
 from proxy.errors import InvalidRequest, ProxyError
+from proxy.types import ContentPart, FunctionTool, FunctionToolCall, TextPart
 
 _ROLES = ("user", "assistant", "system")
 _CACHE_MARK = "cache_control"
@@ -132,7 +133,7 @@ def _hashed(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": [_unmarked(b) for b in content]}
 
 
-def _part(block: dict[str, Any]) -> dict[str, Any] | None:
+def _part(block: dict[str, Any]) -> ContentPart | None:
     """A content block as a chat part, for counting and the summarizer's transcript."""
     kind = block.get("type")
     if kind == "text":
@@ -153,7 +154,7 @@ def _part(block: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": "text", "text": wirejson.encode(_unmarked(block)).decode()}
 
 
-def _parts(content: object) -> str | list[dict[str, Any]]:
+def _parts(content: object) -> str | list[ContentPart]:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -161,7 +162,7 @@ def _parts(content: object) -> str | list[dict[str, Any]]:
     return [p for b in content if isinstance(b, dict) and (p := _part(b)) is not None]
 
 
-def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
+def _tool_call(block: dict[str, Any]) -> FunctionToolCall:
     value = block.get("input", {})
     # The wire block goes out as it came; an input nested past what a JSON writer descends
     # is only not shown to the planner and the summarizer.
@@ -216,7 +217,7 @@ def _neutral_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
     return tools
 
 
-def _system_messages(system: object) -> list[dict[str, Any]]:
+def _system_messages(system: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     if system is None:
         return []
     if isinstance(system, str):
@@ -226,7 +227,7 @@ def _system_messages(system: object) -> list[dict[str, Any]]:
     ]
 
 
-def _tools(tools: object) -> object:
+def _tools(tools: object) -> list[FunctionTool] | None:
     """Anthropic tool definitions in the chat shape the counter reads."""
     if not isinstance(tools, list):
         return None
@@ -257,7 +258,7 @@ def _render_system(body: dict[str, Any], plan: Plan) -> tuple[bool, object]:
     injected (the summary, a notice) as text blocks; the client's string stays a string when
     nothing is added to it."""
     kept: list[Any] = []
-    added: list[dict[str, Any]] = []
+    added: list[TextPart] = []  # an Anthropic text block has a chat text part's shape
     for message in plan.messages:
         if message.get("role") != "system":
             continue

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from proxy.compaction.translation import Neutral, Translator
 from proxy.core.digests import DIALECT_FIELD
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.errors import ProxyError
 
 __all__ = ["HASHED", "WIRE", "Dialect", "Neutral", "cleared_wires", "wire_groups"]

@@ -8,7 +8,7 @@ from typing import Any
 from proxy import wirejson
 from proxy.core.facts import FactLookup
 from proxy.core.messages import validate_messages
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.dialects.base import Neutral
 from proxy.dialects.chat_recall import CHAT_RECALL
 from proxy.dialects.error_shapes import openai_error_body

@@ -29,12 +29,13 @@ from typing import Any
 
 from proxy import wirejson
 from proxy.core.facts import FactLookup
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.dialects.base import HASHED, WIRE, Neutral, cleared_wires, wire_groups
 from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.responses_native import RESPONSES_NATIVE
 from proxy.dialects.responses_recall import RESPONSES_RECALL
 from proxy.errors import InvalidRequest, ProxyError
+from proxy.types import ContentPart, FileData, FunctionCall, FunctionToolCall, TextPart, ToolCall
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
@@ -70,10 +71,25 @@ _STUBBABLE = frozenset(
     {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 )
 _COMPACTION_TEXT = "[compaction: earlier turns, summarized by the provider]"
-# Calls that are chat tool calls of their own: the neutral call's type and its payload field.
-_TYPED_CALLS = {"function_call": ("function", "arguments"), "custom_tool_call": ("custom", "input")}
+# Calls that are chat tool calls of their own, and their payload field (``_typed_call``).
+_TYPED_CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 # Fields of a call item that are not what it asks for (read as its arguments otherwise).
 _CALL_META = frozenset({"type", "id", "call_id", "status", "name", "caller"})
+
+
+def _typed_call(item: dict[str, Any]) -> ToolCall:
+    """A function_call or custom_tool_call item (its fields checked) as the neutral call."""
+    if item["type"] == "custom_tool_call":
+        return {
+            "id": item["call_id"],
+            "type": "custom",
+            "custom": {"name": item["name"], "input": item["input"]},
+        }
+    return {
+        "id": item["call_id"],
+        "type": "function",
+        "function": {"name": item["name"], "arguments": item["arguments"]},
+    }
 
 
 def parse_responses_body(raw: bytes) -> dict[str, Any]:
@@ -135,13 +151,10 @@ class _Builder:
             turn["content"].extend(content if isinstance(content, list) else [_text(content)])
             return
         self.turn = None
-        if (
-            role != "user"
-            and isinstance(content, list)
-            and all(p["type"] == "text" for p in content)
-        ):
+        texts = _all_text(content) if isinstance(content, list) else None
+        if role != "user" and texts is not None:
             # System text as a string: how a summary echoed back is recognised and stripped.
-            content = "\n".join(p["text"] for p in content)
+            content = "\n".join(texts)
         self.messages.append(_neutral(role, content, [item]))
 
     def _output(self, index: int, item: dict[str, Any], kind: str) -> None:
@@ -161,19 +174,18 @@ class _Builder:
         turn = self._open_turn()
         turn[WIRE].append(item)
         if kind in _TYPED_CALLS:
-            family, payload = _TYPED_CALLS[kind]
-            for field in ("call_id", "name", payload):
+            for field in ("call_id", "name", _TYPED_CALLS[kind]):
                 if not isinstance(item.get(field), str):
                     raise _invalid(index, field, "must be a string")
-            call = {"name": item["name"], payload: item[payload]}
-            turn["tool_calls"].append({"id": item["call_id"], "type": family, family: call})
+            turn["tool_calls"].append(_typed_call(item))
         elif kind in _CALLS and isinstance(item.get(_CALLS[kind]), str):
             call_id = item[_CALLS[kind]]
             if kind == "local_shell_call" and isinstance(item.get("id"), str):
                 self.call_ids[item["id"]] = call_id
             asks = {k: v for k, v in item.items() if k not in _CALL_META}
-            call = {"name": str(item.get("name", kind)), "arguments": _json(asks)}
-            turn["tool_calls"].append({"id": call_id, "type": "function", "function": call})
+            call: FunctionCall = {"name": str(item.get("name", kind)), "arguments": _json(asks)}
+            shell: FunctionToolCall = {"id": call_id, "type": "function", "function": call}
+            turn["tool_calls"].append(shell)
         elif kind == "reasoning":
             # Its summary and its plain text (open-weight models send it back) are what of it
             # is readable: counted, and in the summarizer's transcript marked as reasoning, not
@@ -214,13 +226,13 @@ def _invalid(index: int, field: str, problem: str) -> InvalidRequest:
     return InvalidRequest(f"{where}: {problem}", param=where, code="invalid_input_item")
 
 
-def _check_content(index: int, content: object) -> str | list[dict[str, Any]]:
+def _check_content(index: int, content: object) -> str | list[ContentPart]:
     """A message's content as neutral content: the string, or its parts as chat parts."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise _invalid(index, "content", "must be a string or an array of parts")
-    parts = []
+    parts: list[ContentPart] = []
     for p, part in enumerate(content):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise _invalid(index, f"content[{p}]", "must be an object with a string type")
@@ -228,7 +240,7 @@ def _check_content(index: int, content: object) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _part(part: dict[str, Any]) -> dict[str, Any]:
+def _part(part: dict[str, Any]) -> ContentPart:
     """One content part as the chat part the core counts and the summarizer reads."""
     kind = part["type"]
     if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
@@ -239,16 +251,25 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
         detail = part.get("detail")
         return {"type": "image_url", "image_url": {"url": part.get("image_url"), "detail": detail}}
     if kind == "input_file":
-        file = {"file_data": part.get("file_data") or "", "filename": part.get("filename") or ""}
+        file: FileData = {
+            "file_data": part.get("file_data") or "",
+            "filename": part.get("filename") or "",
+        }
         return {"type": "file", "file": file}
     return {"type": kind}
 
 
-def _text(text: str) -> dict[str, Any]:
+def _all_text(parts: list[ContentPart]) -> list[str] | None:
+    """The parts' texts when every part is text; None when one is not."""
+    texts = [t for p in parts if p["type"] == "text" and isinstance(t := p.get("text"), str)]
+    return texts if len(texts) == len(parts) else None
+
+
+def _text(text: str) -> TextPart:
     return {"type": "text", "text": text}
 
 
-def _output_content(output: object) -> str | list[dict[str, Any]]:
+def _output_content(output: object) -> str | list[ContentPart]:
     if isinstance(output, str):
         return output
     if isinstance(output, list):

@@ -21,7 +21,7 @@ from typing import Any
 from proxy.compaction.compaction_items import PREFIX, ItemSeal, is_ours
 from proxy.compaction.decision import LocalReply
 from proxy.core.facts import FactLookup
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.summary_message import render_summary_message
 from proxy.dialects.base import Neutral
 from proxy.dialects.responses import RESPONSES, parse_responses_body

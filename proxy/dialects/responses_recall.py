@@ -144,8 +144,8 @@ class ResponsesStrip:
     def continued(self, event: dict[str, Any]) -> dict[str, Any] | None:
         index = event.get("output_index")
         item = event.get("item")
-        added = event.get("type") == "response.output_item.added" and isinstance(index, int)
-        if added and isinstance(item, Mapping) and not self._keeps(item):
+        added = event.get("type") == "response.output_item.added"
+        if added and isinstance(index, int) and isinstance(item, Mapping) and not self._keeps(item):
             self._dropped.add(index)
         if index in self._dropped:
             self._skipped += 1

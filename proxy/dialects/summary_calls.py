@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.types import TextPart
+
 _CHAT_DROPPED = (
     "stream",
     "stream_options",
@@ -63,7 +65,7 @@ def messages_summary_call(
     """The Anthropic Messages body asking for a summary after ``sent``'s messages."""
     body = {k: v for k, v in sent.items() if k != "stream"}
     messages = list(sent.get("messages", []))
-    block = {"type": "text", "text": instruction}
+    block: TextPart = {"type": "text", "text": instruction}  # a chat text part's shape
     last = messages[-1] if messages else None
     if isinstance(last, dict) and last.get("role") == "system":
         # A system message must end the list or precede an assistant turn: the instructions join

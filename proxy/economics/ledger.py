@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from proxy.economics.prices import PER_MILLION, Price
 from proxy.economics.usage import BilledUsage
@@ -80,7 +81,7 @@ class Ledger:
         version is read as a fresh ledger; a value of the wrong type is a ValueError."""
         if data.get("v", LEDGER_VERSION) != LEDGER_VERSION:
             return cls()
-        values: dict[str, int | float] = {}
+        values: dict[str, Any] = {}  # each field's own type, checked below (JSON comes in here)
         for field in fields(cls):
             value = data.get(field.name, field.default)
             kind = float if isinstance(field.default, float) else int

@@ -29,6 +29,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -37,7 +38,7 @@ from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryStored
 from proxy.config.settings import HookSettings
 from proxy.core.messages import validate_messages
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError, InvalidRequest
 from proxy.events import Listeners
@@ -156,7 +157,7 @@ class Hooks:
                 messages=copy.deepcopy(messages),  # a hook that fails leaves nothing behind
             )
             edited = await self._call(
-                hook, "before_send", lambda h=hook, r=request: h.instance.before_send(r)
+                hook, "before_send", partial(hook.instance.before_send, request)
             )
             if edited is None or edited is _FAILED or edited == messages:
                 continue  # unchanged: an untouched request still goes out as the client's bytes
@@ -187,7 +188,7 @@ class Hooks:
             self._exporter.publish(event)
         for hook in self._after:
             task = asyncio.create_task(
-                self._call(hook, "after_summary", lambda h=hook: h.instance.after_summary(event))
+                self._call(hook, "after_summary", partial(hook.instance.after_summary, event))
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

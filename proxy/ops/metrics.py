@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -39,10 +39,10 @@ ADDED_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1
 
 
 class _Callback(Collector):
-    def __init__(self, collect: Callable[[], Iterator]) -> None:
+    def __init__(self, collect: Callable[[], Iterator[Metric]]) -> None:
         self._collect = collect
 
-    def collect(self) -> Iterator:
+    def collect(self) -> Iterator[Metric]:
         yield from self._collect()
 
 
@@ -298,7 +298,7 @@ class Metrics:
     def _summary_unused(self, event: SummaryUnused) -> None:
         self.child(self.summaries_unused, event.policy).inc(event.count)
 
-    def watch(self, collect: Callable[[], Iterator]) -> None:
+    def watch(self, collect: Callable[[], Iterator[Metric]]) -> None:
         """Add metrics read at scrape time (store counters and health)."""
         self.registry.register(_Callback(collect))
 

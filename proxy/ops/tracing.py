@@ -59,7 +59,7 @@ def tracer_provider(environ: Mapping[str, str] | None = None) -> TracerProvider 
     if exporter == "otlp" and protocol not in ("", "http/protobuf"):
         logger.warning("OTLP protocol %s is not supported: exporting over http/protobuf", protocol)
     resource = Resource.create()
-    if resource.attributes.get(SERVICE_NAME, "").startswith("unknown_service"):
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: SERVICE}))
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(_exporter(exporter)))

@@ -18,7 +18,7 @@ def body_too_large(limit: int) -> PayloadTooLarge:
 
 def declared_length(headers: HeaderView) -> int:
     """The Content-Length the client declared (0 when it declared none)."""
-    value = headers.get("content-length", "")
+    value = headers.get("content-length") or ""
     return int(value) if value.isdigit() else 0
 
 

@@ -155,8 +155,8 @@ async def forward(
         return
     # Reached only when the client disconnected, or its body outgrew the limit.
     if guard.refused is not None and not exchange.answered:  # a 413, not a 499
-        error = guard.refused
-        await send_error(send, error, exchange, extra_headers=CLOSE, body=error_body(error))
+        refused = guard.refused
+        await send_error(send, refused, exchange, extra_headers=CLOSE, body=error_body(refused))
         return
     if exchange.responded:
         exchange.client_left = True

@@ -3,13 +3,19 @@ from a ready summary, docs/agent-compaction.md): one response, nothing sent upst
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from proxy.compaction.decision import LocalReply
 from proxy.server.access_log import Exchange
-from proxy.types import RawHeaders, Send
+from proxy.types import Send
 
 
 async def send_reply(
-    send: Send, reply: LocalReply, exchange: Exchange, *, extra_headers: RawHeaders = ()
+    send: Send,
+    reply: LocalReply,
+    exchange: Exchange,
+    *,
+    extra_headers: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
     """Answer with ``reply`` (its body whole, an SSE stream included), recorded in ``exchange``."""
     exchange.status = reply.status

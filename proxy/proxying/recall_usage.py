@@ -191,8 +191,9 @@ def sse_data(event: bytes) -> dict[str, Any] | None:
 def usage_in(data: Mapping[str, Any]) -> dict[str, Any] | None:
     """The usage object of a body or an event: its own, or its response's or message's."""
     for holder in (data, data.get("response"), data.get("message")):
-        if isinstance(holder, Mapping) and isinstance(holder.get("usage"), dict):
-            return holder["usage"]
+        usage = holder.get("usage") if isinstance(holder, Mapping) else None
+        if isinstance(usage, dict):
+            return usage
     return None
 
 

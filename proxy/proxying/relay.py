@@ -9,6 +9,7 @@ A client that disconnects while its request is being decided on gets nothing sen
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from types import TracebackType
 
 from proxy.errors import ProxyError
@@ -38,8 +39,8 @@ class CancelOnDisconnect:
     def __init__(self, receive: Receive, *, watch_now: bool = True) -> None:
         self._receive = receive
         self._watch_now = watch_now
-        self._task: asyncio.Task | None = None
-        self._watcher: asyncio.Task | None = None
+        self._task: asyncio.Task[object] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self.disconnected = False
         self.refused: ProxyError | None = None
 
@@ -117,7 +118,7 @@ class NoticeDisconnect:
 
     def __init__(self, receive: Receive) -> None:
         self._receive = receive
-        self._watcher: asyncio.Task | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self.gone = False
 
     def watch(self) -> None:
@@ -140,7 +141,7 @@ async def send_error(
     exchange: Exchange,
     *,
     body: bytes,
-    extra_headers: RawHeaders = (),
+    extra_headers: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
     """Answer with an error of ours, ``body`` in the route's shape, recording it in ``exchange``."""
     exchange.status = error.status_code
@@ -160,7 +161,11 @@ async def send_error(
 
 
 async def relay(
-    response: UpstreamResponse, send: Send, exchange: Exchange, *, extra_headers: RawHeaders = ()
+    response: UpstreamResponse,
+    send: Send,
+    exchange: Exchange,
+    *,
+    extra_headers: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
     """Send the provider's status, headers and body to the client as they arrive, counting in
     ``exchange`` what was sent (so a relay cut short is still counted right).

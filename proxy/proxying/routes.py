@@ -15,7 +15,7 @@ from proxy import tracing
 from proxy.compaction.decision import Decision, Incoming
 from proxy.config.settings import ServerSettings, UpstreamSettings
 from proxy.dialects.base import Dialect
-from proxy.errors import PayloadTooLarge, ProxyError
+from proxy.errors import ProxyError
 from proxy.events import Listeners
 from proxy.proxying.body import (
     ClientBody,
@@ -200,9 +200,9 @@ class PassThrough(_Route):
         limit = res.server.max_body_bytes
         if declared_length(headers) > limit:
             # Refused on the head alone: not one byte of it reaches the provider.
-            error: PayloadTooLarge = body_too_large(limit)
+            too_large = body_too_large(limit)
             await send_error(
-                send, error, exchange, extra_headers=CLOSE, body=target.error_body(error)
+                send, too_large, exchange, extra_headers=CLOSE, body=target.error_body(too_large)
             )
             return
         await forward(

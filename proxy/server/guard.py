@@ -20,11 +20,14 @@ import asyncio
 import http
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from proxy.errors import HeadersTooLarge, InvalidRequest, Overloaded, ProxyError, RequestTimeout
+
+if TYPE_CHECKING:
+    from uvicorn.server import Protocols  # uvicorn defines it for type checkers only
 
 logger = logging.getLogger("proxy.limits")
 
@@ -112,7 +115,7 @@ class _Guard:
     a head incomplete, the body idle timer when a read leaves a body incomplete.
     """
 
-    connections: set
+    connections: set[Protocols]
     transport: asyncio.Transport
     flow: Any
     cycle: Any
@@ -130,7 +133,7 @@ class _Guard:
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_seen = 0.0  # loop time of the last body bytes
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:
         if len(self.connections) >= self.limits.max_connections:
             # Refused at once, before a byte is read: a flood of clients must cost each one a
             # file descriptor for an instant, not until it gives up.
@@ -280,13 +283,15 @@ BODY_TIMEOUT = raw_response(
 )
 
 
-class GuardedH11(_Guard, H11Protocol):
+# uvicorn's protocols take an asyncio.Transport in connection_made where asyncio declares a
+# BaseTransport (uvicorn silences that on its own classes); the guard takes what uvicorn does.
+class GuardedH11(_Guard, H11Protocol):  # type: ignore[misc]
     pass
 
 
 if HttpToolsProtocol is not None:
 
-    class GuardedHttpTools(_Guard, HttpToolsProtocol):
+    class GuardedHttpTools(_Guard, HttpToolsProtocol):  # type: ignore[misc]  # as GuardedH11
         pass
 
 

@@ -201,7 +201,7 @@ class Tenancy:
         The same client resending a growing history keeps the same id; None when there is no user
         message yet (nothing to name the conversation by).
         """
-        named = []
+        named: list[Mapping[str, Any]] = []
         for message in messages:
             role = message.get("role")
             if role == "user":

@@ -57,14 +57,15 @@ _FIELDS = [field.name for field in fields(Turn)]  # a point's order: the record'
 def _point(raw: object) -> Turn | None:
     if not isinstance(raw, list) or len(raw) != 7:
         return None
-    at, *counts, checkpoint = raw
+    at, messages, full, sent, billed, cached, checkpoint = raw
+    counts = (messages, full, sent, billed, cached)
     if not isinstance(at, int | float) or not all(
         isinstance(n, int) and not isinstance(n, bool) for n in counts
     ):
         return None
     if checkpoint is not None and not isinstance(checkpoint, str):
         return None
-    return Turn(float(at), *counts, checkpoint)
+    return Turn(float(at), messages, full, sent, billed, cached, checkpoint)
 
 
 def turns_of(entry: Entry | None) -> list[Turn]:

@@ -19,7 +19,8 @@ from proxy.compaction.summarizer import summarizer_factory
 from proxy.compaction.windows import ModelWindows
 from proxy.config.settings import Settings
 from proxy.core.messages import validate_messages
-from proxy.core.planner import Plan, plan
+from proxy.core.plan import Plan
+from proxy.core.planner import plan
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.errors import InvalidRequest

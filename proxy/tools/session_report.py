@@ -53,7 +53,7 @@ def read_totals(url: str) -> Totals:
             for field, (name, outcome) in _SOURCES.items():
                 if sample.name == name and outcome in (None, sample.labels.get("outcome")):
                     sums[field] += sample.value
-    return Totals(**sums)
+    return Totals(**sums, reachable=True)
 
 
 def report(agent: str, url: str, before: Totals, after: Totals) -> str:

@@ -132,7 +132,8 @@ def _run_agent(argv: list[str], env: dict[str, str]) -> int:
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) for AF_INET; typeshed says Any
+        return port
 
 
 def _check_reachable(url: str) -> None:

@@ -25,7 +25,12 @@ def declared(protocol: type) -> set[str]:
         if cls is object or not getattr(cls, "_is_protocol", False) or cls.__name__ == "Protocol":
             continue
         names |= set(getattr(cls, "__annotations__", {}))
-        names |= {n for n, v in vars(cls).items() if inspect.isfunction(v) and n[0] != "_"}
+        members = vars(cls).items()  # methods, and read-only members declared as properties
+        names |= {
+            n
+            for n, v in members
+            if (inspect.isfunction(v) or isinstance(v, property)) and n[0] != "_"
+        }
     return names
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.policies import choose_policy
 from proxy.core.checkpoints import Checkpoint
-from proxy.core.planner import Plan
+from proxy.core.plan import Plan
 from proxy.core.policy import PolicySettings
 from proxy.dialects.base import Dialect
 from proxy.errors import InvalidRequest

@@ -7,6 +7,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.typing import EncodableT, FieldT
 
 from proxy.config.ops import RedisStreamExport
 from proxy.errors import ExportError
@@ -25,7 +26,7 @@ class RedisStreamSink:
         )
 
     async def deliver(self, event: SummaryEvent, body: bytes) -> None:
-        fields = {k: _field(v) for k, v in event.payload().items()}
+        fields: dict[FieldT, EncodableT] = {k: _field(v) for k, v in event.payload().items()}
         try:
             await self._client.xadd(
                 self._settings.stream, fields, maxlen=self._settings.maxlen, approximate=True

@@ -181,12 +181,12 @@ def _client(settings: StoreSettings) -> tuple[Any, Sentinel | None]:
         )
         return master, sentinel
     if url.startswith("redis+cluster://"):
-        target = parse_cluster_url(url)
+        cluster = parse_cluster_url(url)
         return RedisCluster(
-            startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
-            username=target.username,
-            password=target.password,
-            ssl=target.ssl,
+            startup_nodes=[ClusterNode(host, port) for host, port in cluster.nodes],
+            username=cluster.username,
+            password=cluster.password,
+            ssl=cluster.ssl,
             max_connections=settings.max_connections,
             **options,
         ), None
@@ -229,10 +229,15 @@ class RedisBackend:
         self, key: str, *, ttl_ms: int | None = None, touch: IndexEntry | None = None
     ) -> bytes | None:
         with _mapped("redis GET failed"):
+            # The client is one of three redis-py classes (plain, cluster, sentinel master), whose
+            # commands redis-py types as Any: each read is typed where it lands.
+            value: bytes | None
             if touch is None:
                 if ttl_ms is None:
-                    return await self._client.get(key)
-                return await self._client.getex(key, px=ttl_ms)  # read + TTL refresh: one trip
+                    value = await self._client.get(key)
+                else:
+                    value = await self._client.getex(key, px=ttl_ms)  # read + TTL refresh: one trip
+                return value
             # Still one trip: the index's score moves with the read (XX: never adds a member, so
             # a miss leaves no trace), and the index lives as long as its newest record.
             pipe = self._client.pipeline(transaction=False)
@@ -302,7 +307,7 @@ class RedisBackend:
     async def set_forever(self, key: str, value: bytes, *, only_if_absent: bool) -> bytes:
         with _mapped("redis SET failed"):
             await self._client.set(key, value, nx=only_if_absent)
-            stored = await self._client.get(key)
+            stored: bytes | None = await self._client.get(key)
         if stored is None:  # deleted between the two calls: the next call creates it again
             raise StoreError(f"redis lost {key} right after SET NX")
         return stored

@@ -51,12 +51,12 @@ class LiveUpstream:
             raise EvaluationError(f"the model at {self._url}: {type(exc).__name__}") from exc
         # httpx decoded the body: its coding and length headers no longer apply.
         dropped = ("content-encoding", "content-length", "transfer-encoding")
-        headers: RawHeaders = [
+        kept: RawHeaders = [
             (k.encode(), v.encode())
             for k, v in response.headers.items()
             if k.lower() not in dropped
         ]
-        return BufferedResponse(response.status_code, headers, response.content)
+        return BufferedResponse(response.status_code, kept, response.content)
 
     async def aclose(self) -> None:
         return None

@@ -163,7 +163,7 @@ def render(report: dict[str, Any], console: Console) -> None:
         if "recalled" in data["accuracy"][OVERALL]:
             table.add_column(f"{name}\nwith recall (r/full)", justify="right")
         table.add_column(f"{name}\ntruncated (t/full)", justify="right")
-    first = next(iter(policies.values()), None)
+    first: dict[str, Any] = next(iter(policies.values()), {})
     rows = list(first["accuracy"]) if first else []
     for row in rows:
         cells = [row, str(first["accuracy"][row]["probes"]), _pct(first["accuracy"][row]["full"])]
