@@ -103,8 +103,12 @@ def plan(
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.per_message(source, model)
     tokens_before = sum(source_counts) + fixed
+    # A summary in use replaces what it covers: stubs are batched on what is sent after it, so
+    # each batch saves its threshold where the provider bills it (and stays byte-stable until
+    # the next summary, which moves the prefix anyway).
+    in_use = _prior_cut(prior, grouping) if prior is not None and prior.active else None
     working, counts, cleared = clear_tool_results(
-        source, source_counts, grouping, policy, counter, model
+        source, source_counts, grouping, policy, counter, model, start=in_use or 0
     )
     per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
     base = dict(
