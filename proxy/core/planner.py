@@ -147,6 +147,7 @@ def plan(
         messages=sent,
         fired=decision.current.fired,
         near=decision.current.near,
+        interactions_left=decision.current.interactions_left,
         tokens_after=tokens_after,
         applied_checkpoint=applied.checkpoint_id if applied else None,
         cut=decision.render_at,
@@ -194,9 +195,11 @@ class _Measured:
         )
         result = evaluate(ctx.policy.trigger, found, soft_fraction=ctx.policy.soft_fraction)
         if self.force:
-            result = Verdict((*result.fired, FORCED), (*result.near, FORCED))
+            result = replace(result, fired=(*result.fired, FORCED), near=(*result.near, FORCED))
         if self.fire:
-            result = Verdict((*result.fired, *self.fire), (*result.near, *self.fire))
+            result = replace(
+                result, fired=(*result.fired, *self.fire), near=(*result.near, *self.fire)
+            )
         return result
 
     def unstubbed(self) -> Verdict:
