@@ -19,7 +19,9 @@ gathers what the rule weighs for one request:
   is the moment compacting costs no break.
 
 It looks only at prompts of ``pays_from_tokens`` or more, with a known pace (two growing turns
-seen) and a priced model; otherwise the token triggers decide alone. The prompt's tokens are the
+seen) and a priced model; otherwise the token triggers decide alone. It also weighs, at any size,
+the summary a tool trigger alone asks for (``on_tool_success`` / ``on_tool_error``): made only
+when it pays, else the request is planned as if the tool trigger had not fired. The prompt's tokens are the
 proxy's counts: the decision compares two prompts counted alike, so a tokenizer that differs from
 the provider's moves both sides.
 """
