@@ -47,6 +47,8 @@ PACE_KEY = "pace"  # the record's key inside the ledger entry
 MIN_SAMPLES = 2  # growing requests seen before the growth is trusted
 # Triggers measured on the prompt's tokens: the only ones a growth in tokens predicts.
 _PROMPT_TRIGGERS = frozenset({"input_tokens", "context_fraction"})
+# ...and those whose distance in turns is known: the interaction count (one a turn at most).
+_PREDICTED = _PROMPT_TRIGGERS | {"interactions"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +100,10 @@ class Pace:
 
 
 def turns_left(conv: Conversation, current: Plan, growth: float) -> float:
-    """Turns until the nearest near trigger fires at ``growth`` tokens a turn; 0 when a near
-    trigger is not a prompt-size one (a count or a tool trigger: not predicted, due as before)."""
-    if not current.near or not set(current.near) <= _PROMPT_TRIGGERS:
+    """Turns until the nearest near trigger fires at ``growth`` tokens a turn, or, for the
+    ``interactions`` count, at one interaction a turn (at most: a floor); 0 when a near trigger
+    is neither (another count or a tool trigger: not predicted, due as before)."""
+    if not current.near or not set(current.near) <= _PREDICTED:
         return 0.0
     trigger = conv.policy.trigger
     window = conv.model_info.context_window if conv.model_info else None
@@ -109,9 +112,12 @@ def turns_left(conv: Conversation, current: Plan, growth: float) -> float:
         limits.append(trigger.input_tokens)
     if "context_fraction" in current.near and window:
         limits.append(int(trigger.context_fraction * window))
-    if not limits:
-        return 0.0
-    return turns_to_reach(current.tokens_after, min(limits), growth)
+    turns = []
+    if limits:
+        turns.append(turns_to_reach(current.tokens_after, min(limits), growth))
+    if "interactions" in current.near and current.interactions_left is not None:
+        turns.append(float(current.interactions_left))
+    return min(turns, default=0.0)
 
 
 def due(conv: Conversation, current: Plan, pace: Pace | None) -> bool:

@@ -21,13 +21,16 @@ gathers what the rule weighs for one request:
 It looks only at prompts of ``pays_from_tokens`` or more, with a known pace (two growing turns
 seen) and a price to decide with (the model's, else ``pricing.reference``: a local model or a
 gateway's alias is decided at a typical agent model's prices); otherwise the token triggers
-decide alone. The prompt's tokens are the proxy's counts: the decision compares two prompts
-counted alike, so a tokenizer that differs from the provider's moves both sides.
+decide alone. It also weighs, at any size, the summary a tool trigger alone asks for
+(``on_tool_success`` / ``on_tool_error``): made only when it pays, else the request is planned as
+if the tool trigger had not fired. The prompt's tokens are the proxy's counts: the decision
+compares two prompts counted alike, so a tokenizer that differs from the provider's moves both
+sides.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.pace import Pace
@@ -46,6 +49,8 @@ SUMMARY_FLOOR_TOKENS = 256  # ...and at least this many tokens
 INSTRUCTION_TOKENS = 600  # the summarizer's own prompt around the transcript
 # The turns still to come, as a share of those seen (the Lindy estimate: as many again).
 REMAINING_SHARE = 1.0
+# Triggers that say when a step ended, not that the prompt is large: weighed by price.
+TOOL_TRIGGERS = frozenset({"on_tool_success", "on_tool_error"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +92,45 @@ class PriceTrigger:
         )
 
     def looks_at(self, conv: Conversation, current: Plan) -> bool:
-        """Whether ``check`` may fire for this request (before the pace is read)."""
+        """Whether ``decide`` may change this request's plan (before the pace is read): a prompt
+        the price trigger weighs, or a plan a tool trigger alone fired."""
+        return self._weighs_size(conv, current) or self._weighs_tools(conv, current)
+
+    def decide(
+        self,
+        conv: Conversation,
+        current: Plan,
+        checkpoint: Checkpoint | None,
+        pace: Pace | None,
+        now: float,
+    ) -> Plan:
+        """The plan to send: ``current``, the price trigger's when compacting now pays, or, when
+        a tool trigger alone fired and its summary does not pay, the plan without the tool
+        triggers. Blocking: plans the conversation again (CPU work)."""
+        if self._weighs_tools(conv, current):
+            return self._tools(conv, current, checkpoint, pace, now)
+        check = self.check(conv, current, checkpoint, pace, now)
+        return check.plan if check is not None and check.fired else current
+
+    def check(
+        self,
+        conv: Conversation,
+        current: Plan,
+        checkpoint: Checkpoint | None,
+        pace: Pace | None,
+        now: float,
+    ) -> PriceCheck | None:
+        """The price trigger's verdict, or None when it does not look at this request (see the
+        module's docstring). Blocking: plans the conversation a second time (CPU work)."""
+        if pace is None or not self._weighs_size(conv, current):
+            return None
+        growth = pace.growth_per_turn
+        if growth is None:
+            return None
+        candidate = plan_with(conv, checkpoint, counter=self._counter, fire=(PAYS,))
+        return self._weigh(conv, current, candidate, pace, growth, now)
+
+    def _weighs_size(self, conv: Conversation, current: Plan) -> bool:
         policy = conv.policy
         trigger = policy.trigger
         return (
@@ -98,24 +141,60 @@ class PriceTrigger:
             and self._prices.for_decision(conv.model).priced
         )
 
-    def check(
+    def _weighs_tools(self, conv: Conversation, current: Plan) -> bool:
+        """A tool trigger fired, and no other: under ``pays`` and a priced model, the summary it
+        asks for is made only when it pays. A tool outcome says when a step ended, not that
+        compacting pays: a summary of a small prompt, or one cutting little, costs its cache
+        break for a saving that never pays it back (a public mini-swe-agent session cost more
+        than sending direct through coding-agent.yaml)."""
+        policy = conv.policy
+        return (
+            policy.strategy == "summarize"
+            and policy.trigger.pays
+            and bool(current.fired)
+            and set(current.fired) <= TOOL_TRIGGERS
+            and self._prices.for_decision(conv.model).priced
+        )
+
+    def _tools(
         self,
         conv: Conversation,
         current: Plan,
         checkpoint: Checkpoint | None,
         pace: Pace | None,
         now: float,
+    ) -> Plan:
+        """The tool trigger's plan when compacting pays, else the plan without the tool triggers
+        (the window safety net and the other token triggers did not fire: nothing of theirs is
+        vetoed). A pace the store did not give keeps the tool's plan (fail open: as configured)."""
+        if pace is None:
+            return current
+        trigger = conv.policy.trigger.model_copy(
+            update={"on_tool_success": (), "on_tool_error": ()}
+        )
+        calm_conv = replace(conv, policy=conv.policy.model_copy(update={"trigger": trigger}))
+        calm = plan_with(calm_conv, checkpoint, counter=self._counter)
+        growth = pace.growth_per_turn or 0.0
+        weighed = self._weigh(conv, calm, current, pace, growth, now)
+        if weighed is not None and weighed.fired:
+            return current
+        # Without the tool's summary, the prompt may still be one the price trigger weighs.
+        check = self.check(conv, calm, checkpoint, pace, now)
+        return check.plan if check is not None and check.fired else calm
+
+    def _weigh(
+        self,
+        conv: Conversation,
+        current: Plan,
+        candidate: Plan,
+        pace: Pace,
+        growth: float,
+        now: float,
     ) -> PriceCheck | None:
-        """The verdict, or None when the price trigger does not look at this request (see the
-        module's docstring). Blocking: plans the conversation a second time (CPU work)."""
-        if pace is None or not self.looks_at(conv, current):
-            return None
-        growth = pace.growth_per_turn
-        if growth is None:
-            return None
+        """Whether sending ``candidate`` (compacted, or asking for a summary) instead of
+        ``current`` pays; None when the candidate neither applies nor asks for a summary."""
         policy = conv.policy
         price = self._prices.for_decision(conv.model)
-        candidate = plan_with(conv, checkpoint, counter=self._counter, fire=(PAYS,))
         own = self._settings.summarizer.for_policy(policy, request_model=conv.model)
         summary_in = summary_out = 0
         compacted = candidate.tokens_after

@@ -187,9 +187,7 @@ class Rewriter:
         pace = await self._pace_if_needed(conv, current, priced=priced)
         if priced and self._price is not None and self._paces is not None:
             now = self._paces.clock()
-            check = await work(heavy, self._price.check, conv, current, checkpoint, pace, now)
-            if check is not None and check.fired:
-                current = check.plan
+            current = await work(heavy, self._price.decide, conv, current, checkpoint, pace, now)
         outcome = None
         wanted = current.summary_request
         inline = native is None and must_summarize_now(conv, current)

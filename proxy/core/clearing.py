@@ -19,11 +19,15 @@ def clear_tool_results(
     policy: PolicySettings,
     counter: TokenCounter,
     model: str,
+    *,
+    start: int = 0,
 ) -> tuple[list[dict[str, Any]], list[int], tuple[int, ...]]:
     """Stub results older than N interactions, or than N tool rounds (observation masking inside
     one long task): a result is old when N complete rounds came after its own. A result is
     stubbed only when the stub is smaller; when none is, ``source`` and ``counts`` come back
-    as they are (the same objects), so the plan knows nothing changed."""
+    as they are (the same objects), so the plan knows nothing changed. ``start``: where the
+    prompt's verbatim part begins (the end of the summary in use): the results before it are
+    not sent, so they are neither stubbed nor counted towards a batch."""
     settings = policy.clear_tool_results
     older = settings.older_than_interactions
     by_interaction = grouping.start_of(len(grouping) - older) if 0 < older < len(grouping) else 0
@@ -36,7 +40,7 @@ def clear_tool_results(
         return source, counts, ()
     stubs: list[tuple[int, dict[str, Any], int]] = []  # (index, stub, its tokens), oldest first
     pins = set(grouping.pinned)  # a pinned result is never stubbed (proxy.core.pins)
-    for i in range(grouping.preamble_len, limit):
+    for i in range(max(grouping.preamble_len, start), limit):
         message = source[i]
         if i in pins:
             continue

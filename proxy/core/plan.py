@@ -93,6 +93,9 @@ class Plan:
     # A compaction that cannot leave room to grow (proxy.core.headroom): the tokens no cut can
     # shrink (preamble, tools, summary) and where the next summary starts.
     headroom_short: tuple[int, int] | None = None
+    # Interactions before the ``interactions`` trigger fires, while it is only near (ahead mode
+    # predicts from it when to start the summary: proxy.compaction.pace).
+    interactions_left: int | None = None
     _context: PlanContext | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -104,8 +104,12 @@ def plan(
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.per_message(source, model)
     tokens_before = sum(source_counts) + fixed
+    # A summary in use replaces what it covers: stubs are batched on what is sent after it, so
+    # each batch saves its threshold where the provider bills it (and stays byte-stable until
+    # the next summary, which moves the prefix anyway).
+    in_use = _prior_cut(prior, grouping) if prior is not None and prior.active else None
     working, counts, cleared = clear_tool_results(
-        source, source_counts, grouping, policy, counter, model
+        source, source_counts, grouping, policy, counter, model, start=in_use or 0
     )
     per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
     base = PlanBasis(
@@ -144,6 +148,7 @@ def plan(
         messages=sent,
         fired=decision.current.fired,
         near=decision.current.near,
+        interactions_left=decision.current.interactions_left,
         tokens_after=tokens_after,
         applied_checkpoint=applied.checkpoint_id if applied else None,
         cut=decision.render_at,
@@ -191,9 +196,11 @@ class _Measured:
         )
         result = evaluate(ctx.policy.trigger, found, soft_fraction=ctx.policy.soft_fraction)
         if self.force:
-            result = Verdict((*result.fired, FORCED), (*result.near, FORCED))
+            result = replace(result, fired=(*result.fired, FORCED), near=(*result.near, FORCED))
         if self.fire:
-            result = Verdict((*result.fired, *self.fire), (*result.near, *self.fire))
+            result = replace(
+                result, fired=(*result.fired, *self.fire), near=(*result.near, *self.fire)
+            )
         return result
 
     def unstubbed(self) -> Verdict:

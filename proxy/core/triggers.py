@@ -50,6 +50,9 @@ class Measures:
 class Verdict:
     fired: tuple[str, ...]
     near: tuple[str, ...]
+    # Interactions still to come before ``interactions`` fires, while it is near and not fired:
+    # a request adds at most one, so it is also a floor on the turns left (ahead mode).
+    interactions_left: int | None = None
 
 
 def evaluate(trigger: TriggerSettings, measures: Measures, *, soft_fraction: float) -> Verdict:
@@ -78,7 +81,10 @@ def evaluate(trigger: TriggerSettings, measures: Measures, *, soft_fraction: flo
         if any(match.matches(call) for match in matches for call in seen):
             fired.append(name)
             near.append(name)
-    return Verdict(tuple(fired), tuple(near))
+    left = None
+    if "interactions" in near and "interactions" not in fired:
+        left = trigger.interactions - measures.interactions + 1
+    return Verdict(tuple(fired), tuple(near), left)
 
 
 def measure(

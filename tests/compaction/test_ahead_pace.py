@@ -147,3 +147,29 @@ def test_a_conversation_deleted_with_an_unapplied_summary_counts_it_unused(run: 
     # Deleting what is no longer there counts nothing more.
     admin_get(run.server, "/conversations/conv-1", method="DELETE")
     assert _unused(run.server) == 1
+
+
+# A count of interactions: one more each turn, so how far the trigger is is known exactly.
+COUNTED: dict[str, Any] = {
+    "strategy": "summarize",
+    "soft_fraction": 0.5,
+    "ahead_turns": 2,
+    "trigger": {"interactions": 12, "context_fraction": 0},
+    "keep": {"interactions": 2},
+}
+
+
+def test_an_interaction_count_waits_until_the_trigger_is_two_turns_away(
+    mock, provider: Provider, start_proxy
+) -> None:
+    """long-chat.yaml's kind of trigger: near from the 7th interaction on, it fires past the
+    12th. A summary started at the 7th covers 5 interactions (the rest is kept) and is unused if
+    the chat ends before the 13th; started two turns before it fires it covers 9, and only a
+    chat that came that far pays for it."""
+    run = Run(start_proxy(summarizing(mock.url, policy=COUNTED, mode="ahead")), provider)
+    _grow_until_applied(run, words=30, limit=16)
+    first = next(i for i, t in enumerate(run.turns) if t["summaries"] > 0)
+    # Turn i sends i + 1 interactions: near from turn 6, fired at turn 12.
+    assert 9 <= first <= 10, [t["summaries"] for t in run.turns]
+    assert len(run.turns) == 13 and provider.summaries == 1
+    assert _unused(run.server) == 0

@@ -425,7 +425,8 @@ def test_a_summary_caused_by_a_tool_trigger_stays_applied(
 ) -> None:
     on_tool = {
         **EVERY_SIX_INTERACTIONS,
-        "trigger": {"context_fraction": 0, "on_tool_success": ["read_file"]},
+        # pays off: the tool trigger alone decides (under pays it summarizes when that pays).
+        "trigger": {"context_fraction": 0, "on_tool_success": ["read_file"], "pays": False},
     }
     server = start_proxy(summarizing(mock.url, policy=on_tool, mode=mode))
     client = openai_client(server)

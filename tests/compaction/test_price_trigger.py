@@ -179,3 +179,54 @@ def test_an_answer_says_when_its_model_is_unpriced(tiktoken_files: object) -> No
     assert b"x-compaction-warning" not in with_price
     alone = asyncio.run(headers("some-unpriced-model", config_with(reference="null")))
     assert alone[b"x-compaction-warning"] == b"unpriced-model"
+
+
+TOOL_CONFIG = """
+models: {{"priced-model": {{context_window: 1000000, encoding: o200k_base}}}}
+pricing:
+  models:
+    "priced-model": {{input: 2.0, cached_input: 0.5, output: 8.0}}
+summarizer: {{model: priced-model, max_summary_tokens: 256}}
+policies:
+  default:
+    mode: inline
+    keep: {{tokens: 600}}
+    trigger: {{pays: {pays}, on_tool_success: [run_tests]}}
+"""
+TESTS_ROUND = 8  # the one round that runs the tests (and passes)
+
+
+def agent_rounds(count: int) -> bytes:
+    """An agent run of ``count`` rounds of ~150 tokens: files read, one test run that passes."""
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "fix the failing test"},
+    ]
+    for i in range(count):
+        name = "run_tests" if i == TESTS_ROUND else "read_file"
+        call = {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"line {i} " * 70},
+        ]
+    return wirejson.encode({"model": "priced-model", "messages": messages})
+
+
+def test_a_tool_trigger_makes_a_summary_only_when_it_pays(tiktoken_files: object) -> None:
+    """The tests pass in round 8 of a short run (a prompt of ~1.5k tokens, its cache warm): a
+    summary would cost its call and the cache break for a saving of a few hundred cached
+    tokens a turn. Under ``pays`` the request goes out as the client sent it, and every later
+    one too; without ``pays`` the tool trigger alone decides, and summarizes."""
+    bodies = [agent_rounds(n) for n in range(1, 13)]
+    gaps = [MINUTE] * len(bodies)
+    clock = Clock()
+    weighed = asyncio.run(
+        play(compactor(TOOL_CONFIG.format(pays="true"), clock), clock, bodies, gaps)
+    )
+    other = Clock()
+    told = asyncio.run(
+        play(compactor(TOOL_CONFIG.format(pays="false"), other), other, bodies, gaps)
+    )
+
+    assert told[TESTS_ROUND + 1] == "applied", told  # the trigger fires on the tests' result
+    assert set(weighed) == {"skipped"}, weighed

@@ -46,4 +46,7 @@ def test_a_summary_in_use_is_applied_to_every_later_request(
     # The answer says what the provider's prompt held, without reading bodies.
     said = [set(filter(None, h.get("x-compaction-applied", "").split("+"))) for h in seen]
     assert said == holds
-    assert {"summary", "stubs"} in holds  # the recipe's both, at once
+    # The recipe's both, at once. Stubs are batched on what is sent after the summary in use:
+    # behind a long summary the cut moves deeper (headroom) and the part kept never holds a
+    # batch's worth (8k tokens) of old results, so there the summary alone is sent.
+    assert ({"summary", "stubs"} in holds) == (not padding)

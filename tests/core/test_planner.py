@@ -615,3 +615,28 @@ def test_keep_nothing_has_one_spelling(keep: dict) -> None:
     assert KeepSettings(interactions=0).interactions == 0
     with pytest.raises(ValueError, match="exactly one"):
         KeepSettings(interactions=0, tokens=5)
+
+
+def test_a_batch_of_stubs_after_a_summary_saves_its_threshold_on_what_is_sent(
+    counter: TokenCounter,
+) -> None:
+    """A batch of stubs breaks the provider's cached prefix from its first stub on, so it must
+    save ``clear_at_least`` tokens in the prompt sent. Once a summary covers the older rounds,
+    their results are not sent: a batch counted from the start of the history closed on
+    savings mostly inside the summary, and stubbed a few results after it for a saving too
+    small to pay the break (a public mini-swe-agent session cost more than sending direct)."""
+    clear = ClearToolResultsSettings(older_than_rounds=2, clear_at_least=400)
+    pol = policy(trigger=NEVER, clear_tool_results=clear)
+    covered = 2 + 2 * 10  # the summary stands for the first 10 rounds
+    prior = PriorSummary("Rounds 0-9: ran the tests.", covered=covered, active=True)
+    for rounds in range(12, 22):
+        messages = agent_run(rounds)
+        p = run(messages, pol, counter, prior=prior)
+        assert p.applied_checkpoint is None and p.summary_text is not None  # the summary is sent
+        sent_stubs = [i for i in p.cleared if i >= covered]
+        saved = sum(
+            counter.count_message(messages[i], "gpt-4o")
+            - counter.count_message(p.messages[i - covered + 3], "gpt-4o")
+            for i in sent_stubs
+        )
+        assert not sent_stubs or saved >= 400, (rounds, sent_stubs, saved)
