@@ -68,35 +68,61 @@ class Recall:
     async def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
         """The plan to render (stubs naming handles, the summary's index) and the session of a
         request that gets the tool; (``plan``, None) when recall does not apply: then nothing
-        names a handle (a client tool of the same name must not be called with one)."""
-        shape: RecallShape | None = getattr(conv.dialect, "recall", None)
-        if not self.settings.enabled or shape is None or not (plan.cleared or plan.summary_text):
+        names a handle (a client tool of the same name must not be called with one).
+
+        Every request whose plan sends stubs or a summary gets the tool, the same bytes each
+        time: it is rendered with the client's tools, before the messages, so a tool that came
+        and went between requests would make the provider bill the whole prompt again each
+        time (the price trigger counts that break once, when a compaction brings the tool in:
+        ``proxy.compaction.paying``). What may be left out is the notes: the index first, then
+        the handles, when they would make the prompt bigger than the client's own or past a
+        budget the plan kept."""
+        shape = self.shape_for(conv)
+        if shape is None or not (plan.cleared or plan.summary_text):
             return plan, None
         name, description = self.settings.tool_name, self.settings.description
-        offered = shape.offer({}, name, description)
-        if offered is None or shape.offer(conv.body, name, description) is None:
-            return plan, None  # the client's own tool of that name, or no tools allowed
+        offered = shape.offer({}, name, description) or {}
         salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
         count = partial(self._counter.count_text, model=conv.model)
         tool = self._counter.count_tools(offered.get("tools"), conv.model)  # sent too
+        window = conv.model_info.context_window if conv.model_info else None
+        if window and plan.tokens_after + tool > window:
+            return plan, None  # the one case the tool is left out: it would not fit at all
         ceiling = _ceiling(conv, plan)
-        # The full index first, then none: recall never makes the prompt bigger than the
-        # client's own nor pushes it past a budget the plan kept (docs/recall.md).
+        pieces: dict[str, Piece] = {}
+        sent = plan
+        # The full index first, then none, then no notes: recall's notes never make the prompt
+        # bigger than the client's own nor push it past a budget the plan kept (docs/recall.md).
         for settings in (self.settings, self.settings.model_copy(update={"index_entries": 0})):
             # A pass over the messages, hashing what was removed: off the loop for a big body.
             notes = await work(
                 conv.heavy, partial(annotate, plan, salt=salt, settings=settings, count=count)
             )
             if not notes.pieces:
-                return plan, None
-            if notes.plan.tokens_after + tool <= ceiling:
                 break
-        else:
-            return plan, None
-        self._keep(conv, notes.pieces)
-        self._listeners.emit(RecallOffered(len(notes.pieces)))
-        sent = replace(notes.plan, tokens_after=notes.plan.tokens_after + tool)
-        return sent, RecallSession(self, conv, shape, notes.pieces, plan=sent)
+            if notes.plan.tokens_after + tool <= ceiling:
+                pieces, sent = notes.pieces, notes.plan
+                break
+        if pieces:
+            self._keep(conv, pieces)
+            self._listeners.emit(RecallOffered(len(pieces)))
+        sent = replace(sent, tokens_after=sent.tokens_after + tool)
+        return sent, RecallSession(self, conv, shape, pieces, plan=sent)
+
+    def shape_for(self, conv: Conversation) -> RecallShape | None:
+        """The dialect's recall shape when this request may be given the tool once its plan
+        sends stubs or a summary: recall on, a dialect that has it, no client tool of its name,
+        a ``tool_choice`` that allows tools."""
+        shape: RecallShape | None = getattr(conv.dialect, "recall", None)
+        if not self.settings.enabled or shape is None:
+            return None
+        name, description = self.settings.tool_name, self.settings.description
+        if (
+            shape.offer({}, name, description) is None
+            or shape.offer(conv.body, name, description) is None
+        ):
+            return None  # the client's own tool of that name, or no tools allowed
+        return shape
 
     def _keep(self, conv: Conversation, pieces: dict[str, Piece]) -> None:
         """Store the pieces this process has not stored yet, after the answer (never waited)."""

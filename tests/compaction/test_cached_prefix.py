@@ -17,10 +17,10 @@ import re
 from typing import Any
 
 import anthropic
-import pytest
+import httpx
 
 from tests.support.anthropic_provider import AnthropicProvider
-from tests.support.clients import openai_client
+from tests.support.clients import KEY, openai_client
 from tests.support.config import AGENT_RUN, summarizing
 from tests.support.mock_upstream import MockUpstream
 from tests.support.provider import SYSTEM, TOOLS, Provider, take_turn
@@ -64,7 +64,6 @@ def check_tool_stays(bodies: list[dict[str, Any]], name_of: Any, client_tools: l
         assert body["tools"][: len(client_tools)] == client_tools
 
 
-@pytest.mark.xfail(strict=True, reason="the key and the tool appear only once compacted")
 def test_the_cache_key_is_on_every_request_from_the_first(mock: MockUpstream, start_proxy) -> None:
     provider = Provider(mock)
     server = start_proxy(summarizing(mock.url, policy=NEAR_THRESHOLD))
@@ -77,7 +76,6 @@ def test_the_cache_key_is_on_every_request_from_the_first(mock: MockUpstream, st
     assert set(keys) == {keys[0]}  # one key, on every request, from the first
 
 
-@pytest.mark.xfail(strict=True, reason="the key and the tool appear only once compacted")
 def test_once_offered_the_recall_tool_stays_on_every_request(
     mock: MockUpstream, start_proxy
 ) -> None:
@@ -132,3 +130,27 @@ def test_messages_keep_the_recall_tool_too(
 
     assert outcomes.count("applied") >= 10
     check_tool_stays(provider.requests(), lambda t: t["name"], ANTHROPIC_TOOLS)
+
+
+def test_a_request_sent_as_it_came_gains_only_the_key(mock: MockUpstream, start_proxy) -> None:
+    """A request the plan leaves as it is: the client's bytes, the key inserted before them,
+    never the body encoded again (its spacing, key order and escapes as the client wrote)."""
+    Provider(mock)
+    server = start_proxy(summarizing(mock.url, policy=NEAR_THRESHOLD))
+    raw = b'{ "model": "gpt-4o",\n  "messages": [{"role": "user", "content": "caf\\u00e9"}]}'
+    headers = {
+        "content-type": "application/json",
+        "authorization": f"Bearer {KEY}",
+        "x-conversation-id": "as-it-came",
+    }
+    response = httpx.post(f"{server.url}/v1/chat/completions", content=raw, headers=headers)
+
+    assert response.status_code == 200
+    assert response.headers["x-compaction"] != "applied"
+    received = mock.received[-1].body
+    assert received.startswith(b'{"prompt_cache_key":"cpx-') and received.endswith(raw[1:])
+    key = json.loads(received)["prompt_cache_key"]
+    assert DERIVED.fullmatch(key) and received == b'{"prompt_cache_key":"%s",%s' % (
+        key.encode(),
+        raw[1:],
+    )
