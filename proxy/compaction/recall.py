@@ -80,11 +80,9 @@ class Recall:
         shape = self.shape_for(conv)
         if shape is None or not (plan.cleared or plan.summary_text):
             return plan, None
-        name, description = self.settings.tool_name, self.settings.description
-        offered = shape.offer({}, name, description) or {}
         salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
         count = partial(self._counter.count_text, model=conv.model)
-        tool = self._counter.count_tools(offered.get("tools"), conv.model)  # sent too
+        tool = self._tool_tokens(conv, shape)  # sent too
         window = conv.model_info.context_window if conv.model_info else None
         if window and plan.tokens_after + tool > window:
             return plan, None  # the one case the tool is left out: it would not fit at all
@@ -108,6 +106,16 @@ class Recall:
             self._listeners.emit(RecallOffered(len(pieces)))
         sent = replace(sent, tokens_after=sent.tokens_after + tool)
         return sent, RecallSession(self, conv, shape, pieces, plan=sent)
+
+    def tool_tokens(self, conv: Conversation) -> int | None:
+        """The tokens of the tool this request gets once its plan sends stubs or a summary;
+        None when it gets none (``shape_for``)."""
+        shape = self.shape_for(conv)
+        return None if shape is None else self._tool_tokens(conv, shape)
+
+    def _tool_tokens(self, conv: Conversation, shape: RecallShape) -> int:
+        offered = shape.offer({}, self.settings.tool_name, self.settings.description) or {}
+        return self._counter.count_tools(offered.get("tools"), conv.model)
 
     def shape_for(self, conv: Conversation) -> RecallShape | None:
         """The dialect's recall shape when this request may be given the tool once its plan
