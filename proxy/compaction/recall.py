@@ -70,8 +70,8 @@ class Recall:
         request that gets the tool; (``plan``, None) when recall does not apply: then nothing
         names a handle (a client tool of the same name must not be called with one).
 
-        Every request whose plan sends stubs or a summary gets the tool, the same bytes each
-        time: it is rendered with the client's tools, before the messages, so a tool that came
+        Every request whose plan sends stubs or a summary gets the tool (unless it would make
+        the prompt bigger than the client's own), the same bytes each time: it is rendered with the client's tools, before the messages, so a tool that came
         and went between requests would make the provider bill the whole prompt again each
         time (the price trigger counts that break once, when a compaction brings the tool in:
         ``proxy.compaction.paying``). What may be left out is the notes: the index first, then
@@ -83,9 +83,14 @@ class Recall:
         salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
         count = partial(self._counter.count_text, model=conv.model)
         tool = self._tool_tokens(conv, shape)  # sent too
+        # Left out when it would make the prompt bigger than the client's own (a compaction that
+        # saves less than the tool: a saving that grows with the conversation, so the tool does
+        # not come and go) or not fit the window at all. Never for a budget the plan kept: a
+        # prompt grows towards its trigger turn by turn, and would lose it on the way.
         window = conv.model_info.context_window if conv.model_info else None
-        if window and plan.tokens_after + tool > window:
-            return plan, None  # the one case the tool is left out: it would not fit at all
+        with_tool = plan.tokens_after + tool
+        if with_tool >= plan.tokens_before or (window and with_tool > window):
+            return plan, None
         ceiling = _ceiling(conv, plan)
         pieces: dict[str, Piece] = {}
         sent = plan

@@ -13,13 +13,13 @@ goes near a threshold makes the provider bill the whole prompt again, each time)
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import anthropic
 import httpx
 
 from tests.support.anthropic_provider import AnthropicProvider
+from tests.support.cache_key import DERIVED
 from tests.support.clients import KEY, openai_client
 from tests.support.config import AGENT_RUN, summarizing
 from tests.support.mock_upstream import MockUpstream
@@ -27,7 +27,6 @@ from tests.support.provider import SYSTEM, TOOLS, Provider, take_turn
 from tests.support.sdk_clients import closed_after_test
 from tests.support.servers import ThreadedUvicorn
 
-DERIVED = re.compile(r"cpx-[0-9a-f]{32}")
 RECALL = "context_recall"
 # Summarized past 3,000 tokens, the newest 1,500 kept: a conversation of short turns grows back
 # to the trigger every few turns, so its compacted prompt passes near it again and again.
