@@ -8,6 +8,7 @@ forwarder, whose loop (``proxy/proxying/recall_loop.py``) answers the model's ca
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -85,11 +86,11 @@ class Recall:
         tool = self._tool_tokens(conv, shape)  # sent too
         # Left out when it would make the prompt bigger than the client's own (a compaction that
         # saves less than the tool: a saving that grows with the conversation, so the tool does
-        # not come and go) or not fit the window at all. Never for a budget the plan kept: a
-        # prompt grows towards its trigger turn by turn, and would lose it on the way.
-        window = conv.model_info.context_window if conv.model_info else None
+        # not come and go) or past a hard limit: the model's window, the policy's window_tokens.
+        # Never for a trigger (input_tokens, context_fraction): a prompt grows towards it turn by
+        # turn and would lose the tool on the way; the tool may pass it by its own size.
         with_tool = plan.tokens_after + tool
-        if with_tool >= plan.tokens_before or (window and with_tool > window):
+        if with_tool >= plan.tokens_before or with_tool > _hard_limit(conv, plan):
             return plan, None
         ceiling = _ceiling(conv, plan)
         pieces: dict[str, Piece] = {}
@@ -303,6 +304,15 @@ class _AfterRounds:
     def answered(self) -> None:
         if self._inner is not None:
             self._inner.answered()
+
+
+def _hard_limit(conv: Conversation, plan: Plan) -> float:
+    """The most tokens a prompt may have whatever it carries: the model's known window, and the
+    policy's window_tokens when the plan kept within it."""
+    window = conv.model_info.context_window if conv.model_info else None
+    budget = conv.policy.window_tokens
+    limits = [w for w in (window, budget) if w and plan.tokens_after <= w]
+    return min(limits, default=math.inf)
 
 
 def _ceiling(conv: Conversation, plan: Plan) -> int:
