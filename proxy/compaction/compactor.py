@@ -125,7 +125,7 @@ class Compactor:
             listeners=listeners,
             spending=self.spending,
             paces=self.paces,
-            price=PriceTrigger(settings, prices, counter),
+            price=PriceTrigger(settings, prices, counter, self.recall),
             recall=self.recall,
         )
 

@@ -14,6 +14,10 @@ gathers what the rule weighs for one request:
 - the conversation's pace (``proxy.compaction.pace``): its growth per turn, and the turns to come,
   estimated as many as it has had (a conversation that has gone on for 40 turns is as likely as
   not to go on for 40 more: the estimate known as the Lindy or Copernican rule);
+- what of the cached prefix the compaction keeps (``prefix_break``): the tools and the system
+  prompt before the summary, read from a warm cache; none when the compaction brings in the
+  recall tool, which goes with the tools and moves everything after it (once, as the tool stays
+  on every later request of the conversation);
 - whether the cache is warm: the conversation's previous request came less than
   ``CACHE_TTL_SECONDS`` ago. A cold cache costs the uncompacted prompt a full write too, so that
   is the moment compacting costs no break.
@@ -35,6 +39,7 @@ from dataclasses import dataclass, replace
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.pace import Pace
 from proxy.compaction.planning import plan_with
+from proxy.compaction.recall import Recall
 from proxy.compaction.settings import CompactionSettings
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.headroom import PAYS
@@ -69,11 +74,16 @@ class PriceTrigger:
     """Decides, for one planned request, whether compacting now pays."""
 
     def __init__(
-        self, settings: CompactionSettings, prices: PriceTable, counter: TokenCounter
+        self,
+        settings: CompactionSettings,
+        prices: PriceTable,
+        counter: TokenCounter,
+        recall: Recall | None = None,
     ) -> None:
         self._settings = settings
         self._prices = prices
         self._counter = counter
+        self._recall = recall  # what a compacted request gains: the recall tool
 
     @property
     def reference(self) -> Price | None:
@@ -213,21 +223,50 @@ class PriceTrigger:
             )
             compacted = candidate.with_summary(_placeholder(summary_out)).tokens_after
         warm = pace.at is not None and 0 <= now - pace.at < CACHE_TTL_SECONDS
+        tool = self._recall.tool_tokens(conv) if self._recall is not None else None
+        moved = prefix_break(conv, current, self._counter, tool)
         outlook = Outlook(
             prompt_tokens=current.tokens_after,
-            compacted_tokens=compacted,
+            compacted_tokens=compacted + moved.added_tokens,
             summary_input_tokens=summary_in,
             summary_output_tokens=summary_out,
             growth_per_turn=growth,
             remaining_turns=pace.samples * REMAINING_SHARE,
             cache_warm=warm,
             compacted_before=current.applied_checkpoint is not None,
+            kept_prefix_tokens=moved.kept_tokens,
         )
         summarizer_price = self._prices.price(own.model)
         if not summarizer_price.priced:  # an unpriced summarizer is not free: price it alike
             summarizer_price = price
         verdict = decide(outlook, price, summarizer_price=summarizer_price)
         return PriceCheck(verdict, candidate)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixBreak:
+    """What compacting this request does to the start of the prompt the provider has cached."""
+
+    kept_tokens: int  # the tokens at its start still cached once compacted
+    added_tokens: int  # what the proxy adds to the compacted request (the recall tool)
+
+
+def prefix_break(
+    conv: Conversation, current: Plan, counter: TokenCounter, tool_tokens: int | None
+) -> PrefixBreak:
+    """A summary replaces turns after the preamble: the tools and the preamble (the system
+    prompt) before it stay the same bytes, cached. Unless the compaction brings in the recall
+    tool (``tool_tokens``: None when the request would get none): a request that sends stubs or
+    a summary carries it (``Recall.prepare``), rendered with the tools, before the system prompt,
+    so the first such request moves the whole prefix, billed again from its first token. Once
+    the tool is there it stays, and a next compaction keeps the prefix."""
+    sends_tool = bool(current.cleared or current.summary_text)
+    if tool_tokens is not None and not sends_tool:
+        return PrefixBreak(0, tool_tokens)
+    counter = counter.with_facts(conv.facts)
+    preamble = conv.messages[: current.grouping.preamble_len]
+    tools = counter.count_tools(conv.tools, conv.model)
+    return PrefixBreak(tools + counter.count_messages(preamble, conv.model), 0)
 
 
 def _ready(candidate: Plan, current: Plan) -> bool:

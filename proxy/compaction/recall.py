@@ -8,6 +8,7 @@ forwarder, whose loop (``proxy/proxying/recall_loop.py``) answers the model's ca
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -68,35 +69,74 @@ class Recall:
     async def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
         """The plan to render (stubs naming handles, the summary's index) and the session of a
         request that gets the tool; (``plan``, None) when recall does not apply: then nothing
-        names a handle (a client tool of the same name must not be called with one)."""
-        shape: RecallShape | None = getattr(conv.dialect, "recall", None)
-        if not self.settings.enabled or shape is None or not (plan.cleared or plan.summary_text):
+        names a handle (a client tool of the same name must not be called with one).
+
+        Every request whose plan sends stubs or a summary gets the tool (unless it would make
+        the prompt bigger than the client's own), the same bytes each time: it is rendered with the client's tools, before the messages, so a tool that came
+        and went between requests would make the provider bill the whole prompt again each
+        time (the price trigger counts that break once, when a compaction brings the tool in:
+        ``proxy.compaction.paying``). What may be left out is the notes: the index first, then
+        the handles, when they would make the prompt bigger than the client's own or past a
+        budget the plan kept."""
+        shape = self.shape_for(conv)
+        if shape is None or not (plan.cleared or plan.summary_text):
             return plan, None
-        name, description = self.settings.tool_name, self.settings.description
-        offered = shape.offer({}, name, description)
-        if offered is None or shape.offer(conv.body, name, description) is None:
-            return plan, None  # the client's own tool of that name, or no tools allowed
         salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
         count = partial(self._counter.count_text, model=conv.model)
-        tool = self._counter.count_tools(offered.get("tools"), conv.model)  # sent too
+        tool = self._tool_tokens(conv, shape)  # sent too
+        # Left out when it would make the prompt bigger than the client's own (a compaction that
+        # saves less than the tool: a saving that grows with the conversation, so the tool does
+        # not come and go) or past a hard limit: the model's window, the policy's window_tokens.
+        # Never for a trigger (input_tokens, context_fraction): a prompt grows towards it turn by
+        # turn and would lose the tool on the way; the tool may pass it by its own size.
+        with_tool = plan.tokens_after + tool
+        if with_tool >= plan.tokens_before or with_tool > _hard_limit(conv, plan):
+            return plan, None
         ceiling = _ceiling(conv, plan)
-        # The full index first, then none: recall never makes the prompt bigger than the
-        # client's own nor pushes it past a budget the plan kept (docs/recall.md).
+        pieces: dict[str, Piece] = {}
+        sent = plan
+        # The full index first, then none, then no notes: recall's notes never make the prompt
+        # bigger than the client's own nor push it past a budget the plan kept (docs/recall.md).
         for settings in (self.settings, self.settings.model_copy(update={"index_entries": 0})):
             # A pass over the messages, hashing what was removed: off the loop for a big body.
             notes = await work(
                 conv.heavy, partial(annotate, plan, salt=salt, settings=settings, count=count)
             )
             if not notes.pieces:
-                return plan, None
-            if notes.plan.tokens_after + tool <= ceiling:
                 break
-        else:
-            return plan, None
-        self._keep(conv, notes.pieces)
-        self._listeners.emit(RecallOffered(len(notes.pieces)))
-        sent = replace(notes.plan, tokens_after=notes.plan.tokens_after + tool)
-        return sent, RecallSession(self, conv, shape, notes.pieces, plan=sent)
+            if notes.plan.tokens_after + tool <= ceiling:
+                pieces, sent = notes.pieces, notes.plan
+                break
+        if pieces:
+            self._keep(conv, pieces)
+            self._listeners.emit(RecallOffered(len(pieces)))
+        sent = replace(sent, tokens_after=sent.tokens_after + tool)
+        return sent, RecallSession(self, conv, shape, pieces, plan=sent)
+
+    def tool_tokens(self, conv: Conversation) -> int | None:
+        """The tokens of the tool this request gets once its plan sends stubs or a summary;
+        None when it gets none (``shape_for``)."""
+        shape = self.shape_for(conv)
+        return None if shape is None else self._tool_tokens(conv, shape)
+
+    def _tool_tokens(self, conv: Conversation, shape: RecallShape) -> int:
+        offered = shape.offer({}, self.settings.tool_name, self.settings.description) or {}
+        return self._counter.count_tools(offered.get("tools"), conv.model)
+
+    def shape_for(self, conv: Conversation) -> RecallShape | None:
+        """The dialect's recall shape when this request may be given the tool once its plan
+        sends stubs or a summary: recall on, a dialect that has it, no client tool of its name,
+        a ``tool_choice`` that allows tools."""
+        shape: RecallShape | None = getattr(conv.dialect, "recall", None)
+        if not self.settings.enabled or shape is None:
+            return None
+        name, description = self.settings.tool_name, self.settings.description
+        if (
+            shape.offer({}, name, description) is None
+            or shape.offer(conv.body, name, description) is None
+        ):
+            return None  # the client's own tool of that name, or no tools allowed
+        return shape
 
     def _keep(self, conv: Conversation, pieces: dict[str, Piece]) -> None:
         """Store the pieces this process has not stored yet, after the answer (never waited)."""
@@ -264,6 +304,15 @@ class _AfterRounds:
     def answered(self) -> None:
         if self._inner is not None:
             self._inner.answered()
+
+
+def _hard_limit(conv: Conversation, plan: Plan) -> float:
+    """The most tokens a prompt may have whatever it carries: the model's known window, and the
+    policy's window_tokens when the plan kept within it."""
+    window = conv.model_info.context_window if conv.model_info else None
+    budget = conv.policy.window_tokens
+    limits = [w for w in (window, budget) if w and plan.tokens_after <= w]
+    return min(limits, default=math.inf)
 
 
 def _ceiling(conv: Conversation, plan: Plan) -> int:

@@ -312,8 +312,9 @@ class PolicySettings(PolicyModel):
     )
     prompt_cache_key: bool = Field(
         True,
-        description="OpenAI routes: a body the proxy rewrites carries a prompt_cache_key derived "
-        "from the tenant and conversation (never the raw id) when the client sent none.",
+        description="OpenAI routes: every request of a conversation the proxy plans carries a "
+        "prompt_cache_key derived from the tenant and conversation (never the raw id), from its "
+        "first request, when the client sent none.",
     )
     ledger_header: bool = Field(
         False,

@@ -5,8 +5,10 @@ prompt saves little per turn, while a compaction moves the prefix and costs at o
 rule, in dollars (``decide``):
 
 - The one-time cost of compacting now: the summarizer call, plus this turn's difference
-  between sending the compacted prompt (a new prefix: all of it written, ``C`` tokens at the
-  cache-write price, which is the input price under OpenAI's rule) and sending the prompt
+  between sending the compacted prompt (a new prefix: ``C`` tokens written at the cache-write
+  price, which is the input price under OpenAI's rule, except the start a warm cache still
+  holds, ``kept_prefix_tokens``: the tools and system prompt, read at the cached price unless
+  the compaction moves them, ``proxy.compaction.paying.prefix_break``) and sending the prompt
   uncompacted (``P`` tokens: with a warm cache the previous prompt read at the cached price and
   this turn's growth written; with a cold cache, all of it written). With a cold cache this
   difference is a saving that can pay for the summary at once: the idle moment is the cheap one.
@@ -58,6 +60,9 @@ class Outlook:
     window_forced: bool = False  # the uncompacted prompt does not fit the model's window
     summary_cached_tokens: int = 0  # of the summarizer's prompt, read from the cache
     compacted_before: bool = False  # the prompt already applies a summary: this is a next one
+    # Of the compacted prompt, the tokens at its start the provider still holds cached (the
+    # tools and system prompt a summary leaves as they are; 0 when the compaction moves them).
+    kept_prefix_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +95,9 @@ def decide(
         keep_now = (prompt - growth) * price.cached_input + growth * price.cache_write
     else:
         keep_now = prompt * price.cache_write
-    cost = (summary + compacted * price.cache_write - keep_now) / PER_MILLION
+    kept = min(max(outlook.kept_prefix_tokens, 0), compacted) if outlook.cache_warm else 0
+    written = (compacted - kept) * price.cache_write + kept * price.cached_input
+    cost = (summary + written - keep_now) / PER_MILLION
     saving = max(prompt - compacted, 0) * price.cached_input / PER_MILLION
     if cost <= 0:
         break_even: float | None = 0.0

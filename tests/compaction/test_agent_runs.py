@@ -23,6 +23,8 @@ from tests.support.provider import SYSTEM, Provider, tool_output
 from tests.support.servers import ThreadedUvicorn
 from tests.support.settle import settle
 
+# The recall tool as chat completions carries it, in tiktoken o200k tokens (the proxy counts 160).
+RECALL_TOOL_TOKENS = 160
 TASK = {"role": "user", "content": "AGENT: fix the failing tests"}
 TOOLS = [
     {
@@ -120,8 +122,10 @@ def test_one_task_with_many_tool_rounds_is_compacted(
     assert provider.prompt_tokens[0] < 300
     # inline never sends a prompt over the trigger; ahead may, while the summary that brings it
     # back is made after the response (no window is known here, so nothing waits for it)
+    # (the recall tool aside: once offered it stays, and may pass the trigger by its own size,
+    # so that it never comes and goes as a prompt grows towards the trigger)
     if mode == "inline":
-        assert max(provider.prompt_tokens) <= 3000
+        assert max(provider.prompt_tokens) <= 3000 + RECALL_TOOL_TOKENS
     assert max(provider.prompt_tokens) < 3000 + 1200
     # What the client holds: many times the trigger (17.2k by tiktoken; 14.3k by the approximate
     # count a machine without tiktoken's files makes), while no prompt went over it.

@@ -118,7 +118,8 @@ def test_a_cold_cache_is_the_moment_compacting_pays(tiktoken_files: object) -> N
     """Three turns seen: with a warm cache a summary would take longer to pay back than the
     conversation can be expected to last; after an idle pause past the cache's TTL the prompt is
     written in full either way, and the same request is compacted."""
-    bodies = [turns(n) for n in range(3, 7)]
+    # Four interactions and more: the compacted prompt also carries the recall tool it brings in.
+    bodies = [turns(n) for n in range(4, 8)]
     warm_clock, cold_clock = Clock(), Clock()
     warm = asyncio.run(play(compactor(config_with(), warm_clock), warm_clock, bodies, [MINUTE] * 4))
     cold = asyncio.run(
@@ -230,3 +231,41 @@ def test_a_tool_trigger_makes_a_summary_only_when_it_pays(tiktoken_files: object
 
     assert told[TESTS_ROUND + 1] == "applied", told  # the trigger fires on the tests' result
     assert set(weighed) == {"skipped"}, weighed
+
+
+def with_tools(raw: bytes) -> bytes:
+    """The request with an agent's tools: twenty of about 250 tokens each."""
+    body = wirejson.parse(raw)
+    body["tools"] = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{k}",
+                "description": f"Tool {k}: " + "reads the workspace and reports " * 40,
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+        for k in range(20)
+    ]
+    return wirejson.encode(body)
+
+
+def test_the_recall_tool_a_compaction_brings_in_is_priced_as_a_break(
+    tiktoken_files: object,
+) -> None:
+    """The recall tool goes with the client's tools, before the system prompt and the turns:
+    the first compaction that brings it in makes the provider bill the agent's tools again, not
+    only what the summary replaced. Without recall the same compaction keeps them cached, so it
+    pays sooner; with recall it waits until the saving also repays the tools."""
+    bodies = [with_tools(turns(n)) for n in range(2, 14)]
+    gaps = [MINUTE] * len(bodies)
+    off = CONFIG.format(pays="true") + "recall: {enabled: false}\n"
+    on_clock, off_clock = Clock(), Clock()
+    with_recall = asyncio.run(
+        play(compactor(CONFIG.format(pays="true"), on_clock), on_clock, bodies, gaps)
+    )
+    without = asyncio.run(play(compactor(off, off_clock), off_clock, bodies, gaps))
+
+    assert "applied" in without, without
+    first = without.index("applied")
+    assert with_recall[: first + 1] == ["skipped"] * (first + 1), with_recall

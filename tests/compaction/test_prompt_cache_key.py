@@ -1,10 +1,10 @@
 """OpenAI's ``prompt_cache_key`` on the requests the proxy rewrites: the official
 openai client, a real proxy and the mock providers, asserting what the provider received.
 
-What a user notices: once the proxy compacts a conversation, every request of it reaches the
-provider under one key of its own (derived, never the conversation id), so they share the
-provider's cache routing; a client's own key is kept; a request the proxy leaves alone goes
-out as the client's bytes; a policy can switch it off.
+What a user notices: every request of a conversation the proxy compacts reaches the provider
+under one key of its own (derived, never the conversation id), from the first request on, so
+they share the provider's cache routing; a client's own key is kept; a request the proxy leaves
+alone goes out as the client's bytes; a policy can switch it off.
 """
 
 from __future__ import annotations
@@ -54,13 +54,10 @@ def test_a_compacted_conversation_reaches_the_provider_under_one_derived_key(
     outcomes = chat_run(server)
     keys = keys_sent(provider)
 
-    assert outcomes.count("applied") >= 3
-    for outcome, key in zip(outcomes, keys, strict=True):
-        if outcome == "applied":
-            assert isinstance(key, str) and DERIVED.fullmatch(key), key
-        else:
-            assert key is None  # a request sent as the client sent it: its own bytes
-    assert len({k for k in keys if k is not None}) == 1  # one key for the whole conversation
+    assert outcomes.count("applied") >= 3 and outcomes[0] != "applied"
+    # On every request, from the first: those sent before the first summary too.
+    assert len(keys) == len(outcomes) and set(keys) == {keys[0]}
+    assert isinstance(keys[0], str) and DERIVED.fullmatch(keys[0]), keys[0]
     # The summarizer's own calls are not the conversation's: no key.
     assert all("prompt_cache_key" not in body for body in provider.summary_requests())
 
@@ -164,7 +161,5 @@ def test_responses_requests_carry_it_too(mock: MockUpstream, start_proxy) -> Non
     sent = provider.responses_requests()
     keys = [body.get("prompt_cache_key") for body in sent]
     assert "applied" in outcomes
-    for outcome, key in zip(outcomes, keys, strict=True):
-        assert (key is not None) == (outcome == "applied")
-    assert len({k for k in keys if k is not None}) == 1
-    assert all(DERIVED.fullmatch(k) for k in keys if k is not None)
+    assert len(keys) == len(outcomes) and set(keys) == {keys[0]}  # from the first request on
+    assert isinstance(keys[0], str) and DERIVED.fullmatch(keys[0]), keys[0]

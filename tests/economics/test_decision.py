@@ -147,3 +147,16 @@ def test_a_summary_made_ahead_is_not_held_back_for_later() -> None:
     )
     # K = (30000*2 - 22250) / 1e6 = $0.03775, $0.005 a turn: 7.55 turns, beyond 10000 / 3000
     assert decide(ready, GPT41).compact
+
+
+def test_a_prefix_the_compaction_leaves_in_place_is_read_from_the_cache() -> None:
+    # 10000 of the 30000 compacted tokens (the tools and the system prompt) stay cached: that
+    # turn writes 20000*2 + reads 10000*0.5 = 45000 instead of 60000. Cost (248000 + 45000 -
+    # 77250)/1e6 = $0.21575: repaid in 3.6 turns where a moved prefix takes 3.85.
+    kept = decide(outlook(kept_prefix_tokens=10_000), GPT41)
+    assert kept.cost == pytest.approx(0.21575)
+    assert kept.saving_per_turn == pytest.approx(0.06)
+    # Moved (0 kept) it costs as before; cold, nothing is cached to keep.
+    assert decide(outlook(kept_prefix_tokens=0), GPT41).cost == pytest.approx(0.23075)
+    cold = outlook(kept_prefix_tokens=10_000, cache_warm=False)
+    assert decide(cold, GPT41).cost == decide(replace(cold, kept_prefix_tokens=0), GPT41).cost

@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.cache_key import DERIVED
 from tests.support.clients import openai_client
 from tests.support.config import config
 from tests.support.mock_upstream import (
@@ -44,7 +45,11 @@ def test_chat_completion_reaches_provider_unchanged(proxy, mock: MockUpstream) -
     (received,) = mock.received
     assert received.method == "POST"
     assert received.path == "/v1/chat/completions"
-    assert received.json() == {"model": "gpt-4o", "messages": MESSAGES}
+    # The conversation's cache key (a conversation is named), and the client's body unchanged.
+    assert received.json() == {"model": "gpt-4o", "messages": MESSAGES} | {
+        "prompt_cache_key": received.json()["prompt_cache_key"]
+    }
+    assert DERIVED.fullmatch(received.json()["prompt_cache_key"])
     assert received.headers["authorization"] == "Bearer sk-client-key"
     assert "x-conversation-id" not in received.headers
     assert received.headers["host"] == mock.url.removeprefix("http://")
