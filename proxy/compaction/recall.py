@@ -1,4 +1,4 @@
-"""The recall tool, compaction's side (issue 20, docs/recall.md): which requests get it, the
+"""The recall tool, compaction's side (docs/recall.md): which requests get it, the
 originals their plan refers to (kept in the store, fire-and-forget), and the answer to one call.
 
 ``Recall.prepare`` annotates a plan (``recall_notes``) and, when the plan refers to originals
@@ -127,7 +127,7 @@ class Recall:
         """The dialect's recall shape when this request may be given the tool once its plan
         sends stubs or a summary: recall on, a dialect that has it, no client tool of its name,
         a ``tool_choice`` that allows tools."""
-        shape: RecallShape | None = getattr(conv.dialect, "recall", None)
+        shape: RecallShape | None = conv.dialect.recall if conv.dialect is not None else None
         if not self.settings.enabled or shape is None:
             return None
         name, description = self.settings.tool_name, self.settings.description

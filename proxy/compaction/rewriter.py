@@ -90,14 +90,15 @@ class Rewriter:
         self._spending = spending
         self._paces = paces
         self._price = price
-        # strategy: native (issue 21): the provider's own context management.
+        # strategy: native: the provider's own context management.
         self._natives = NativeCalls(models=models, listeners=listeners, spending=spending)
         self._recall = recall
         self._short_told: set[str] = set()  # policies whose numbers the log said fall short
 
     def decided_by_headers(self, headers: HeaderView) -> RawHeaders | None:
         """The response headers of a request the headers alone send through untouched, or None.
-        Such a request is never parsed: its bytes go out as they came (issue 9)."""
+        Such a request is never parsed (a relay must not pay for what it does not read): its
+        bytes go out as they came."""
         untouched = self._settings.untouched(headers)
         return None if untouched is None else self._off(untouched.policy)
 
@@ -119,7 +120,7 @@ class Rewriter:
         conversation = self._settings.conversation
         tenant = self._tenancy.tenant(credential_from_headers(headers.values, conversation))
         # Parsing, validation, planning and encoding are pure CPU: for a big body they run in a
-        # worker thread so that other clients' requests are not held up meanwhile (issue 9).
+        # worker thread so that other clients' requests are not held up meanwhile.
         heavy = is_heavy(raw)
         body = await work(heavy, dialect.parse, raw)
         model = body.get("model") or ""
@@ -231,7 +232,8 @@ class Rewriter:
             ledger = await self._spending.header(conv)
             added = added if ledger is None else [*added, ledger]
         if pending is not None and incoming.call is not None:
-            # The summary asked on the prompt the provider is about to cache (issue 19).
+            # The summary asked on the prompt the provider is about to cache, so the summary call
+            # reads it from the cache too.
             pending = replace(pending, prefix=PrefixSource(sent, dialect, incoming.call))
         if self._price is not None and self._price.cannot_price(conv):
             added = [*added, protocol.unpriced_warning(self._price.reference)]

@@ -13,7 +13,7 @@ measure is over ``soft_fraction`` of it (near includes fired). 0 disables a trig
 - ``on_tool_success`` / ``on_tool_error``: a named tool (or a call of it whose command matches,
   ``Bash(pytest)``: ``proxy.core.tool_calls``) succeeded / failed in a result new in this request: the tool messages the request ends with (those after the assistant message the
   previous request was answered with). Not the whole last interaction: in an agent run that is
-  every round since the task, and one passing result would fire on every later turn (issue 19).
+  every round since the task, and one passing result would fire on every later turn.
   A result fails when it parses as an error object or matches ``tool_error_pattern``.
 - ``conditions``: only interactions holding a message that matches all of them count towards
   ``interactions`` and ``interaction_tokens``.

@@ -1,4 +1,4 @@
-"""The recall tool in Anthropic Messages' shape (issue 20): a tool with an ``input_schema``, the
+"""The recall tool in Anthropic Messages' shape: a tool with an ``input_schema``, the
 model's ``tool_use`` blocks read from the message or from the stream's ``content_block_*``
 events, and the recall answered as ``tool_result`` blocks in a user message."""
 

@@ -1,4 +1,4 @@
-"""The recall tool in chat completions' shape (issue 20): a ``function`` tool in ``tools``, the
+"""The recall tool in chat completions' shape: a ``function`` tool in ``tools``, the
 model's ``tool_calls`` read from ``choices[0].message`` or from the stream's deltas, and the
 recall answered as ``tool`` messages after the assistant's call."""
 

@@ -1,4 +1,4 @@
-"""The recall tool in the Responses API's shape (issue 20): a ``function`` tool (flat: name,
+"""The recall tool in the Responses API's shape: a ``function`` tool (flat: name,
 description, parameters), the model's ``function_call`` output items read from the response or
 from the stream's ``response.completed`` event, and the recall answered as
 ``function_call_output`` input items after the call."""

@@ -1,4 +1,4 @@
-"""What compaction costs and saves, in dollars (issue 19): pure, no I/O. Compaction uses it
+"""What compaction costs and saves, in dollars: pure, no I/O. Compaction uses it
 (``proxy.compaction.spending``: each answer priced into the conversation's ledger).
 
 - ``prices``: dollars per million tokens by model (a dated built-in table, the user's
