@@ -259,11 +259,9 @@ def test_the_recall_tool_a_compaction_brings_in_is_priced_as_a_break(
     pays sooner; with recall it waits until the saving also repays the tools."""
     bodies = [with_tools(turns(n)) for n in range(2, 14)]
     gaps = [MINUTE] * len(bodies)
-    off = CONFIG.format(pays="true") + "recall: {enabled: false}\n"
+    off = config_with() + "recall: {enabled: false}\n"
     on_clock, off_clock = Clock(), Clock()
-    with_recall = asyncio.run(
-        play(compactor(CONFIG.format(pays="true"), on_clock), on_clock, bodies, gaps)
-    )
+    with_recall = asyncio.run(play(compactor(config_with(), on_clock), on_clock, bodies, gaps))
     without = asyncio.run(play(compactor(off, off_clock), off_clock, bodies, gaps))
 
     assert "applied" in without, without
