@@ -140,15 +140,20 @@ class PriceTrigger:
         candidate = plan_with(conv, checkpoint, counter=self._counter, fire=(PAYS,))
         return self._weigh(conv, current, candidate, pace, growth, now)
 
-    def _weighs_size(self, conv: Conversation, current: Plan) -> bool:
+    def _decides_by_price(self, conv: Conversation) -> bool:
+        """A summarizing policy under ``pays`` with a price to decide with."""
         policy = conv.policy
-        trigger = policy.trigger
         return (
             policy.strategy == "summarize"
-            and trigger.pays
-            and not current.fired
-            and current.tokens_after >= trigger.pays_from_tokens
+            and policy.trigger.pays
             and self._prices.for_decision(conv.model).priced
+        )
+
+    def _weighs_size(self, conv: Conversation, current: Plan) -> bool:
+        return (
+            not current.fired
+            and current.tokens_after >= conv.policy.trigger.pays_from_tokens
+            and self._decides_by_price(conv)
         )
 
     def _weighs_tools(self, conv: Conversation, current: Plan) -> bool:
@@ -157,13 +162,10 @@ class PriceTrigger:
         compacting pays: a summary of a small prompt, or one cutting little, costs its cache
         break for a saving that never pays it back (a public mini-swe-agent session cost more
         than sending direct through coding-agent.yaml)."""
-        policy = conv.policy
         return (
-            policy.strategy == "summarize"
-            and policy.trigger.pays
-            and bool(current.fired)
+            bool(current.fired)
             and set(current.fired) <= TOOL_TRIGGERS
-            and self._prices.for_decision(conv.model).priced
+            and self._decides_by_price(conv)
         )
 
     def _tools(
