@@ -235,6 +235,16 @@ async def test_store_timeouts_never_desynchronise_either(
         await tight.aclose()
 
 
+async def seconds_until_ok(store: Any, limit: float = 5.0) -> float:
+    """Poll the state the metrics layer reads until it is "ok"; the seconds waited, or inf."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if store.state().state == "ok":
+            return time.monotonic() - started
+        await asyncio.sleep(0.05)
+    return float("inf")
+
+
 @pytest.mark.anyio
 async def test_redis_killed_and_restarted_during_a_stream_of_calls() -> None:
     skip_without_redis()
@@ -264,21 +274,15 @@ async def test_redis_killed_and_restarted_during_a_stream_of_calls() -> None:
 
     try:
         streams = [asyncio.create_task(stream()) for _ in range(4)]
-        await asyncio.sleep(0.3)
-        assert store.state().state == "ok"
+        # On a busy machine one early call can exceed the 0.1 s bound and trip the breaker for
+        # its 0.2 s cooldown; what matters is that the store is serving from Redis before the kill.
+        assert await seconds_until_ok(store) < 3, "never reached ok before the kill"
         server.kill()
         await asyncio.sleep(1.0)
         assert store.state().state == "degraded"
         assert (await store.health()).state == "degraded"
         server.start()
-        restarted = time.monotonic()
-        for _ in range(100):  # poll the state the metrics layer would read, for up to 5 s
-            if store.state().state == "ok":
-                break
-            await asyncio.sleep(0.05)
-        recovery = time.monotonic() - restarted
-        assert store.state().state == "ok", "did not recover"
-        assert recovery < 3
+        assert await seconds_until_ok(store) < 3, "did not recover"
         await asyncio.sleep(0.3)
         stop.set()
         await asyncio.gather(*streams)
