@@ -35,11 +35,11 @@ sides.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.pace import Pace
 from proxy.compaction.planning import plan_with
-from proxy.compaction.recall import Recall
 from proxy.compaction.settings import CompactionSettings
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.headroom import PAYS
@@ -70,6 +70,13 @@ class PriceCheck:
         return self.decision.compact
 
 
+class AddedTool(Protocol):
+    """A tool the proxy adds to a compacted request (the recall tool): named here, not imported,
+    so that money sits below recall, which prices its own rounds with ``spending``."""
+
+    def tool_tokens(self, conv: Conversation) -> int | None: ...
+
+
 class PriceTrigger:
     """Decides, for one planned request, whether compacting now pays."""
 
@@ -78,7 +85,7 @@ class PriceTrigger:
         settings: CompactionSettings,
         prices: PriceTable,
         counter: TokenCounter,
-        recall: Recall | None = None,
+        recall: AddedTool | None = None,
     ) -> None:
         self._settings = settings
         self._prices = prices
