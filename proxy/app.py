@@ -17,13 +17,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from proxy.compaction.agent_compaction import AgentWires, answers_compact
-from proxy.compaction.background import BackgroundQueue
-from proxy.compaction.calibration import Calibration
+from proxy.compaction.agents.own_compaction import AgentWires, answers_compact
 from proxy.compaction.compactor import Compactor
+from proxy.compaction.models.calibration import Calibration
+from proxy.compaction.models.windows import ModelWindows, startup_warnings
 from proxy.compaction.settings import CompactionSettings
-from proxy.compaction.summarizer import SummarizerFactory, summarizer_factory
-from proxy.compaction.windows import ModelWindows, startup_warnings
+from proxy.compaction.summaries.background import BackgroundQueue
+from proxy.compaction.summaries.summarizer import SummarizerFactory, summarizer_factory
 from proxy.config.settings import Settings, load_settings
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.anthropic_messages import MESSAGES

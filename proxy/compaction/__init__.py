@@ -1,17 +1,18 @@
 """Compaction on the request path: what a request to a compacted route becomes.
 
 The route makes one call, ``Compactor.decide(Incoming) -> Decision`` (``decision``); the
-decision's ``FollowUp`` (``follow_up``) hears the provider's answer. Inside:
+decision's ``FollowUp`` (``follow_up``) hears the provider's answer. The root holds the shared
+leaves and the pipeline; each axis is a sub-package (tests/compaction/test_axes.py keeps every
+import going down its floors):
 
-- ``rewriter``: decide -> plan -> render, for one request; ``protocol``: every X-Compaction-*
-  header; ``policies`` and ``pinning``: which policy and which checkpoint apply;
-  ``conversation``: who and what a request is about; ``planning`` and ``render``: the core's
-  planner given a checkpoint, and its plan put on the wire; ``translation``: what a dialect
-  must provide.
-- ``summaries`` (one at a time, stored, announced), ``ahead`` (after the answer, in the
-  ``background``), ``rescue`` (after an overflow), ``stored`` (reading checkpoints),
-  ``summarizer`` and ``transcript`` (the LLM call and what it reads).
-- ``windows``, ``window_sources``, ``calibration``, ``model_info``: what is known of models.
-- ``events``: what compaction tells operator features, through ``proxy.events.Listeners``;
-  ``review``: the one hook that may change a plan. Compaction imports no operator feature.
+- the root: ``rewriter`` (decide -> plan -> render, for one request), ``protocol`` (every
+  X-Compaction-* header), ``policies`` (which policy applies), ``conversation`` (who and what a
+  request is about), ``planning`` and ``render`` (the core's planner given a checkpoint, its plan
+  on the wire), ``rescue`` (after an overflow), ``review`` (the one hook that may change a plan),
+  ``events`` (what compaction tells operator features, through ``proxy.events.Listeners``),
+  ``offload`` and ``settings``. Compaction imports no operator feature.
+- ``dialect``: what a wire dialect must provide; ``models``: what is known of models;
+  ``money``: what compaction costs and when it pays; ``summaries``: made, stored, pinned, ahead;
+  ``recall``: what a plan removed, fetched back; ``agents``: an agent's own compaction;
+  ``native``: the provider's own compaction.
 """

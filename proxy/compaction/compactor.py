@@ -15,27 +15,27 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from proxy.compaction.agent_compaction import AgentCompaction, AgentWires
-from proxy.compaction.ahead import AheadOfTime
-from proxy.compaction.background import BackgroundQueue
-from proxy.compaction.calibration import Calibration
+from proxy.compaction.agents.own_compaction import AgentCompaction, AgentWires
 from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming
-from proxy.compaction.model_info import ModelInfos
-from proxy.compaction.pace import Paces
-from proxy.compaction.paying import PriceTrigger
+from proxy.compaction.dialect.translation import Translator
+from proxy.compaction.models.calibration import Calibration
+from proxy.compaction.models.model_info import ModelInfos
+from proxy.compaction.models.windows import ModelWindows
+from proxy.compaction.money.pace import Paces
+from proxy.compaction.money.paying import PriceTrigger
+from proxy.compaction.money.spending import Spending
 from proxy.compaction.planning import plan_with
-from proxy.compaction.recall import Recall
+from proxy.compaction.recall.tool import Recall
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import NoReview, PlanReview
 from proxy.compaction.rewriter import Rewriter
 from proxy.compaction.settings import CompactionSettings
-from proxy.compaction.spending import Spending
-from proxy.compaction.stored import StoredCheckpoints
-from proxy.compaction.summaries import Summaries
-from proxy.compaction.summarizer import SummarizerFactory
-from proxy.compaction.translation import Translator
-from proxy.compaction.windows import ModelWindows
+from proxy.compaction.summaries.ahead import AheadOfTime
+from proxy.compaction.summaries.background import BackgroundQueue
+from proxy.compaction.summaries.making import Summaries
+from proxy.compaction.summaries.stored import StoredCheckpoints
+from proxy.compaction.summaries.summarizer import SummarizerFactory
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.plan import Plan, SummaryRequest
 from proxy.core.policy import PolicySettings

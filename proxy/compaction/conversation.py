@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.compaction.calibration import Calibration
-from proxy.compaction.model_info import ModelInfos
-from proxy.compaction.translation import Neutral, Translator
+from proxy.compaction.dialect.translation import Neutral, Translator
+from proxy.compaction.models.calibration import Calibration
+from proxy.compaction.models.model_info import ModelInfos
 from proxy.core.facts import FactCache, FactLookup
 from proxy.core.interactions import strip_agent_summaries
 from proxy.core.policy import ModelInfo, PolicySettings
@@ -45,7 +45,7 @@ class Conversation:
     # The provider's cache bucket for this conversation (OpenAI's prompt_cache_key): derived
     # from the tenant and the id, never the id itself; "" when none is set.
     cache_key: str = ""
-    # X-Compaction-Focus: one line for the summary this request makes (proxy.compaction.focus).
+    # X-Compaction-Focus: one line for the summary this request makes (proxy.compaction.summaries.focus).
     focus: str | None = None
 
     @property

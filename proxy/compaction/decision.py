@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from proxy.compaction.prefix_summary import ProviderCall
-from proxy.compaction.translation import Translator
+from proxy.compaction.dialect.translation import Translator
+from proxy.compaction.summaries.prefix_summary import ProviderCall
 from proxy.state.tenancy import Credentials
 from proxy.types import HeaderView, RawHeaders
 
 if TYPE_CHECKING:
-    from proxy.compaction.recall import RecallSession
+    from proxy.compaction.recall.tool import RecallSession
 
 
 class BodySource(Protocol):
@@ -35,7 +35,7 @@ class Incoming:
     credentials: Credentials  # the caller's, valid for the provider this request goes to
     streamable: bool  # its body may go out unread (declared length within the limit)
     # Sends a body like this one to the same provider endpoint with the caller's credentials
-    # (a summary on the cached prefix, proxy.compaction.prefix_summary); None: not offered.
+    # (a summary on the cached prefix, proxy.compaction.summaries.prefix_summary); None: not offered.
     call: ProviderCall | None = None
 
 
@@ -57,7 +57,7 @@ class FollowUp(Protocol):
 
 class NativeAttempt(Protocol):
     """A request sent with the provider's own context management (``strategy: native``,
-    ``proxy.compaction.native_calls``), as the forwarder sees it."""
+    ``proxy.compaction.native.calls``), as the forwarder sees it."""
 
     @property
     def plain(self) -> Decision:
@@ -81,7 +81,7 @@ class NativeAttempt(Protocol):
 @dataclass(frozen=True)
 class LocalReply:
     """An answer the proxy gives itself, with nothing sent upstream (an agent's own compaction
-    answered from a ready summary, ``proxy.compaction.agent_compaction``)."""
+    answered from a ready summary, ``proxy.compaction.agents.own_compaction``)."""
 
     body: bytes
     content_type: bytes = b"application/json"

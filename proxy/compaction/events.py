@@ -104,7 +104,7 @@ class CalibrationSampled:
 
 @dataclass(frozen=True, slots=True)
 class RequestPriced:
-    """One answered request priced from the provider's usage (``proxy.compaction.spending``):
+    """One answered request priced from the provider's usage (``proxy.compaction.money.spending``):
     dollars billed and what sending the client's full history direct would have cost."""
 
     policy: str

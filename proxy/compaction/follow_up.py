@@ -3,9 +3,9 @@
 
 Three named steps, each called by the route's forwarder: ``observe`` learns from the answer (a
 window from an overflow answer, a token factor from a successful one's usage) and prices it into
-the conversation's ledger (``proxy.compaction.spending``), ``replacement``
+the conversation's ledger (``proxy.compaction.money.spending``), ``replacement``
 plans the one retry after an overflow (``proxy.compaction.rescue``), ``answered`` queues the
-summary due ahead of time (``proxy.compaction.ahead``). Once a replacement was sent, its own
+summary due ahead of time (``proxy.compaction.summaries.ahead``). Once a replacement was sent, its own
 follow-up takes over: what this one is then told goes to it.
 """
 
@@ -15,14 +15,14 @@ from functools import partial
 from typing import Any
 
 from proxy import tracing
-from proxy.compaction.ahead import PendingSummary
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.decision import Decision
-from proxy.compaction.model_info import ModelInfos
+from proxy.compaction.models.model_info import ModelInfos
+from proxy.compaction.money.spending import Spending, read_usage
 from proxy.compaction.offload import work
 from proxy.compaction.render import decided, render
 from proxy.compaction.rescue import OverflowRescue
-from proxy.compaction.spending import Spending, read_usage
+from proxy.compaction.summaries.ahead import PendingSummary
 from proxy.core.plan import Plan
 from proxy.events import Listeners
 from proxy.types import RawHeaders

@@ -3,8 +3,8 @@ and how their values are written (docs/operations.md). Nothing else spells these
 
 Request headers (the client's): ``X-Compaction: off`` skips compaction for one request,
 ``X-Compaction-Policy`` names a policy, ``X-Compaction-Checkpoint`` pins a checkpoint
-(``proxy.compaction.pinning``), ``X-Compaction-Focus`` steers the summary made for the request
-(``proxy.compaction.focus``). None of them reaches the provider.
+(``proxy.compaction.summaries.pinning``), ``X-Compaction-Focus`` steers the summary made for the request
+(``proxy.compaction.summaries.focus``). None of them reaches the provider.
 
 Response headers (ours): ``X-Compaction`` says what happened (``applied``, ``skipped``,
 ``pending``, ``blocked``, ``failed``, ``off``; ``answered`` when the proxy answered an agent's own

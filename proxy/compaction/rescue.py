@@ -16,11 +16,11 @@ from functools import partial
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import OverflowRetry
-from proxy.compaction.model_info import ModelInfos
+from proxy.compaction.models.model_info import ModelInfos
 from proxy.compaction.offload import work
 from proxy.compaction.planning import plan_with
-from proxy.compaction.stored import StoredCheckpoints
-from proxy.compaction.summaries import Summaries
+from proxy.compaction.summaries.making import Summaries
+from proxy.compaction.summaries.stored import StoredCheckpoints
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.errors import SummarizerError

@@ -19,29 +19,29 @@ from typing import Any
 
 from proxy import tracing
 from proxy.compaction import protocol
-from proxy.compaction.ahead import AheadOfTime, PendingSummary
 from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming
-from proxy.compaction.focus import asked_focus
+from proxy.compaction.dialect.native import NATIVE, planned_policy
+from proxy.compaction.dialect.translation import Neutral, Translator
 from proxy.compaction.follow_up import PlannedFollowUp
-from proxy.compaction.model_info import ModelInfos
-from proxy.compaction.native import NATIVE, planned_policy
-from proxy.compaction.native_calls import NativeCalls, NativeRequest, unchanged
+from proxy.compaction.models.model_info import ModelInfos
+from proxy.compaction.money.pace import Pace, Paces, due
+from proxy.compaction.money.paying import PriceTrigger
+from proxy.compaction.money.spending import Spending
+from proxy.compaction.native.calls import NativeCalls, NativeRequest, unchanged
 from proxy.compaction.offload import is_heavy, work
-from proxy.compaction.pace import Pace, Paces, due
-from proxy.compaction.paying import PriceTrigger
 from proxy.compaction.planning import must_summarize_now, outcome_of, plan_with
 from proxy.compaction.policies import choose_policy
-from proxy.compaction.prefix_summary import PrefixSource
-from proxy.compaction.recall import Recall
+from proxy.compaction.recall.tool import Recall
 from proxy.compaction.render import OFF, decided, render
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import PlanReview
 from proxy.compaction.settings import CompactionSettings
-from proxy.compaction.spending import Spending
-from proxy.compaction.stored import StoredCheckpoints
-from proxy.compaction.summaries import Summaries
-from proxy.compaction.translation import Neutral, Translator
+from proxy.compaction.summaries.ahead import AheadOfTime, PendingSummary
+from proxy.compaction.summaries.focus import asked_focus
+from proxy.compaction.summaries.making import Summaries
+from proxy.compaction.summaries.prefix_summary import PrefixSource
+from proxy.compaction.summaries.stored import StoredCheckpoints
 from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
@@ -294,7 +294,7 @@ class Rewriter:
 
     def _ahead_due(self, conv: Conversation, current: Plan, pace: Pace | None) -> bool:
         """Whether the summary a near trigger asks for is made after this answer: when the
-        conversation's growth reaches the trigger within ``ahead_turns`` (``proxy.compaction.pace``)."""
+        conversation's growth reaches the trigger within ``ahead_turns`` (``proxy.compaction.money.pace``)."""
         if current.fired or self._paces is None:
             return True
         return due(conv, current, pace)
@@ -321,7 +321,7 @@ class Rewriter:
         self, conv: Conversation, record: Record | None, pinned: str | None
     ) -> tuple[Checkpoint | None, Plan]:
         """The checkpoint to apply (the deepest, or the one the request pins:
-        ``proxy.compaction.pinning``, applied even before a trigger fires, and read-only) and
+        ``proxy.compaction.summaries.pinning``, applied even before a trigger fires, and read-only) and
         the plan with it. Blocking: matching the history's hash chain is CPU work."""
         checkpoint = self._stored.to_apply(conv, record, pinned)
         if pinned is None or checkpoint is None or checkpoint.id != pinned:

@@ -4,14 +4,14 @@ The user's ``models:`` table is checked first, so any entry here can be overridd
 the ones each model's maker publishes. Open-weights families (Llama, Qwen, Mistral, DeepSeek,
 Gemma) are marked ``discover``: every server chooses its own window for them (vLLM's
 ``--max-model-len``, llama.cpp's ``-c``), so the provider's ``/v1/models`` is asked and wins
-over this table (proxy/compaction/windows.py). Hosted families (OpenAI, Claude, Gemini) are served with the
+over this table (proxy/compaction/models/windows.py). Hosted families (OpenAI, Claude, Gemini) are served with the
 published window, and their providers' model lists do not say it, so nobody is asked.
 
 Globs start with ``*`` where gateways prefix the name (``anthropic/claude-...`` on OpenRouter,
 ``anthropic.claude-...`` on Bedrock, ``meta-llama/Llama-3.1-8B-Instruct`` on vLLM); they are
 matched case-sensitively, so lower and title case are both listed where servers use both. The
 first matching glob wins: specific ones come before their family's catch-all. Non-OpenAI models
-are counted with o200k_base, an approximation that calibration corrects (proxy/compaction/calibration.py).
+are counted with o200k_base, an approximation that calibration corrects (proxy/compaction/models/calibration.py).
 """
 
 from __future__ import annotations

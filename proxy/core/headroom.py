@@ -27,7 +27,7 @@ from proxy.core.keep import kept_tokens
 from proxy.core.plan import PlanContext, cut_deeper
 from proxy.core.triggers import Verdict
 
-PAYS = "pays"  # the price trigger (proxy.compaction.paying), fired through ``fire``
+PAYS = "pays"  # the price trigger (proxy.compaction.money.paying), fired through ``fire``
 # Share of the near threshold that a deeper cut keeps verbatim when ``keep`` counts whole turns:
 # the rest is room for the summary and for the run to grow several rounds before the next
 # summary is due (with an 8k window and ~1k-token tool outputs, 0.5 asked for a summary every

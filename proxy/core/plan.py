@@ -94,7 +94,7 @@ class Plan:
     # shrink (preamble, tools, summary) and where the next summary starts.
     headroom_short: tuple[int, int] | None = None
     # Interactions before the ``interactions`` trigger fires, while it is only near (ahead mode
-    # predicts from it when to start the summary: proxy.compaction.pace).
+    # predicts from it when to start the summary: proxy.compaction.money.pace).
     interactions_left: int | None = None
     _context: PlanContext | None = field(default=None, repr=False, compare=False)
 

@@ -85,7 +85,7 @@ def plan(
     fired, only the last interaction is kept (with a budget, only as many of its newest rounds
     as leave room for the summary; when it is the only one left, its task and newest round),
     and the budget is applied like ``window_tokens``. ``fire`` names triggers decided outside
-    the core (the price trigger, ``proxy.compaction.paying``): they count as fired, with the
+    the core (the price trigger, ``proxy.compaction.money.paying``): they count as fired, with the
     policy's own ``keep``."""
     if policy.strategy == "native":  # the provider compacts; planned here: its fallback
         policy = policy.model_copy(update={"strategy": policy.native.fallback})

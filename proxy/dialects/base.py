@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from proxy.compaction.translation import Neutral, Translator
+from proxy.compaction.dialect.translation import Neutral, Translator
 from proxy.core.digests import DIALECT_FIELD
 from proxy.core.plan import Plan
 from proxy.errors import ProxyError

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy import wirejson
-from proxy.compaction.recall_contract import (
+from proxy.compaction.dialect.recall import (
     TEXT,
     TOOL,
     UNDECIDED,

@@ -1,5 +1,5 @@
 """Claude Code's own compaction request on ``/v1/messages``, recognised and answered
-(``proxy.compaction.agent_compaction.AgentAsk``; docs/agent-compaction.md).
+(``proxy.compaction.agents.own_compaction.AgentAsk``; docs/agent-compaction.md).
 
 What Claude Code 2.1.197 sends (read from its package): the conversation as always, then one more
 user message whose last text block is its summary prompt, after a "respond with text only"

@@ -1,5 +1,5 @@
 """Codex's own compaction prompt on ``/v1/responses``, recognised and answered
-(``proxy.compaction.agent_compaction.AgentAsk``; docs/agent-compaction.md).
+(``proxy.compaction.agents.own_compaction.AgentAsk``; docs/agent-compaction.md).
 
 Where Codex compacts locally (not through ``/v1/responses/compact``), it sends its history as
 ``input`` with one more user message: its compaction prompt, which opens (Codex 0.171, read from

@@ -18,7 +18,7 @@ import json
 import time
 from typing import Any
 
-from proxy.compaction.compaction_items import PREFIX, ItemSeal, is_ours
+from proxy.compaction.agents.items import PREFIX, ItemSeal, is_ours
 from proxy.compaction.decision import LocalReply
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan

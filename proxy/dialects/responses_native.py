@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.compaction.native import NativeAsk, NativeReport
+from proxy.compaction.dialect.native import NativeAsk, NativeReport
 from proxy.dialects.sse import json_objects
 
 FIELD = "context_management"

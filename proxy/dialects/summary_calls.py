@@ -1,5 +1,5 @@
 """A summary asked of the conversation's own model, on the prompt the provider has cached
-("Make the summarizer cacheable"; ``proxy.compaction.prefix_summary``).
+("Make the summarizer cacheable"; ``proxy.compaction.summaries.prefix_summary``).
 
 The call is the body the proxy sent for a request, byte for byte where the provider's cache
 looks (tools, system, messages, and on Anthropic's API the client's ``cache_control`` marks),

@@ -1,5 +1,5 @@
 """What compaction costs and saves, in dollars: pure, no I/O. Compaction uses it
-(``proxy.compaction.spending``: each answer priced into the conversation's ledger).
+(``proxy.compaction.money.spending``: each answer priced into the conversation's ledger).
 
 - ``prices``: dollars per million tokens by model (a dated built-in table, the user's
   ``pricing:`` overrides, a default for the rest);

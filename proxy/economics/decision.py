@@ -8,7 +8,7 @@ rule, in dollars (``decide``):
   between sending the compacted prompt (a new prefix: ``C`` tokens written at the cache-write
   price, which is the input price under OpenAI's rule, except the start a warm cache still
   holds, ``kept_prefix_tokens``: the tools and system prompt, read at the cached price unless
-  the compaction moves them, ``proxy.compaction.paying.prefix_break``) and sending the prompt
+  the compaction moves them, ``proxy.compaction.money.paying.prefix_break``) and sending the prompt
   uncompacted (``P`` tokens: with a warm cache the previous prompt read at the cached price and
   this turn's growth written; with a cold cache, all of it written). With a cold cache this
   difference is a saving that can pay for the summary at once: the idle moment is the cheap one.

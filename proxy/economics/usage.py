@@ -1,7 +1,7 @@
 """What the provider billed for one response, read from the end of its (decoded) body.
 
 The proxy never buffers or re-encodes an answer; it keeps the last few KB of what it relayed
-(``ResponseTail``, proxy/compaction/calibration.py). Every API puts its usage at the end: the
+(``ResponseTail``, proxy/compaction/models/calibration.py). Every API puts its usage at the end: the
 last key of a JSON body, the last events of a stream. So the reader looks for ``"usage": {``
 objects in whatever bytes it is given, plain JSON or SSE, cut anywhere, and decodes each from
 its opening brace (a body's first bytes may be missing; its usage is not).

@@ -28,7 +28,7 @@ from proxy.compaction.events import (
     WindowDiscovered,
     WindowLearned,
 )
-from proxy.compaction.windows import ModelRow
+from proxy.compaction.models.windows import ModelRow
 from proxy.core.text import well_formed
 from proxy.events import Listeners
 from proxy.proxying.events import RequestFinished

@@ -1,12 +1,12 @@
 """What the providers' own compaction did (``strategy: native``), on /metrics: the
 edits they applied, the tool uses and tokens they cleared, the requests whose fields they
-refused. Hears ``proxy.compaction.native_calls``'s events."""
+refused. Hears ``proxy.compaction.native.calls``'s events."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.compaction.native_calls import NativeRefused, NativeReported
+from proxy.compaction.native.calls import NativeRefused, NativeReported
 from proxy.events import Listeners
 
 

@@ -1,11 +1,11 @@
 """The recall tool's counters on /metrics, from the events of
-``proxy/compaction/recall_events.py``."""
+``proxy/compaction/recall/events.py``."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.compaction.recall_events import (
+from proxy.compaction.recall.events import (
     OriginalsKept,
     RecallAnswered,
     RecallOffered,

@@ -21,7 +21,7 @@ from proxy.errors import ProxyError, UpstreamError
 from proxy.proxying.body import stream_request_body
 from proxy.proxying.native_retry import native_answer, with_upstream_headers
 from proxy.proxying.overflow import look_for_overflow
-from proxy.proxying.recall_loop import recall_rounds
+from proxy.proxying.recall.loop import recall_rounds
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, CancelOnDisconnect, relay, send_error
 from proxy.proxying.responses import ResponseTail
 from proxy.server.abort import cut_off
@@ -193,7 +193,7 @@ async def _unless_overflow(
 
 
 async def _with_recalls(answer: _Answer, request: _Request) -> _Answer:
-    """The final answer once the model's recall calls are answered (proxying/recall_loop.py),
+    """The final answer once the model's recall calls are answered (proxying/recall/loop.py),
     with the headers that count the rounds."""
     decision = answer.decision
     assert decision.recall is not None and isinstance(decision.body, bytes)

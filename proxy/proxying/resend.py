@@ -1,5 +1,5 @@
 """A call made on a request's behalf to the same provider endpoint: a summary asked on the
-prompt the provider has just cached (``proxy.compaction.prefix_summary``).
+prompt the provider has just cached (``proxy.compaction.summaries.prefix_summary``).
 
 It goes to the request's own upstream URL with the caller's credential headers as the provider
 got them (the proxy's key in place of the caller's when it holds one) and the API's version

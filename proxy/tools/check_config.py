@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from proxy.compaction.windows import startup_warnings, table_lines
+from proxy.compaction.models.windows import startup_warnings, table_lines
 from proxy.config.dump import masked_dump
 from proxy.config.settings import Settings, load_settings
 from proxy.state.opening import check_store_settings

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
+from proxy.compaction.models.windows import ModelWindows
 from proxy.compaction.policies import choose_policy
-from proxy.compaction.summarizer import summarizer_factory
-from proxy.compaction.windows import ModelWindows
+from proxy.compaction.summaries.summarizer import summarizer_factory
 from proxy.config.settings import Settings
 from proxy.core.messages import validate_messages
 from proxy.core.plan import Plan

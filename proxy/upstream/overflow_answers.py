@@ -3,7 +3,7 @@
 Providers say it differently: OpenAI answers 400 with code ``context_length_exceeded``; vLLM,
 llama.cpp and others put it in the message (docs/dialects.md). Both the forwarder, which may
 retry such a request compacted harder (proxy/proxying/overflow.py), and the model windows, which
-learn the window such an answer states (proxy/compaction/windows.py), read it here.
+learn the window such an answer states (proxy/compaction/models/windows.py), read it here.
 """
 
 from __future__ import annotations

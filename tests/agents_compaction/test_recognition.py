@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from proxy.compaction.agent_compaction import answers_compact
+from proxy.compaction.agents.own_compaction import answers_compact
 from proxy.dialects.claude_code_compact import CLAUDE_CODE
 from proxy.dialects.codex_compact import CODEX
 from tests.support.claude_code import NO_TOOLS, PROMPT, RECENT_PROMPT, compaction_request

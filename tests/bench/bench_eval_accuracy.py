@@ -47,7 +47,7 @@ os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(HERE.parents[3] / "shared" / "ti
 
 import proxy  # noqa: E402
 from proxy.cli import main as cli  # noqa: E402
-from proxy.compaction.prefix_summary import INSTRUCTION as PREFIX_INSTRUCTION  # noqa: E402
+from proxy.compaction.summaries.prefix_summary import INSTRUCTION as PREFIX_INSTRUCTION  # noqa: E402
 from proxy.tools.evaluation.synthetic import builtin_transcripts  # noqa: E402
 from tests.support.mock_upstream import Reply  # noqa: E402
 from tests.support.proxies import running_mock  # noqa: E402

@@ -212,12 +212,12 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float]:
 
     import orjson
 
-    from proxy.compaction.background import BackgroundQueue
-    from proxy.compaction.calibration import Calibration
     from proxy.compaction.compactor import Compactor
     from proxy.compaction.decision import Incoming
+    from proxy.compaction.models.calibration import Calibration
+    from proxy.compaction.models.windows import ModelWindows
     from proxy.compaction.settings import CompactionSettings
-    from proxy.compaction.windows import ModelWindows
+    from proxy.compaction.summaries.background import BackgroundQueue
     from proxy.core.checkpoints import Checkpoint
     from proxy.dialects.chat_completions import CHAT
     from proxy.state.opening import open_store

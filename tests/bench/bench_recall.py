@@ -27,15 +27,15 @@ import statistics
 import time
 
 from proxy import wirejson
-from proxy.compaction.recall import Recall, RecallSession
-from proxy.compaction.recall_contract import Answered, ToolCall
-from proxy.compaction.recall_notes import Piece
+from proxy.compaction.dialect.recall import Answered, ToolCall
+from proxy.compaction.recall.notes import Piece
+from proxy.compaction.recall.tool import Recall, RecallSession
 from proxy.config.recall import RecallSettings
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_recall import CHAT_RECALL
 from proxy.events import Listeners
-from proxy.proxying.recall_asker import Asker
-from proxy.proxying.recall_stream import RecallStream
+from proxy.proxying.recall.asker import Asker
+from proxy.proxying.recall.stream import RecallStream
 from proxy.proxying.responses import BufferedResponse
 from proxy.upstream.content_coding import Decoder
 from tests.support.clients import openai_client

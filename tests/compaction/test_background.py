@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from proxy.compaction.background import BackgroundQueue
+from proxy.compaction.summaries.background import BackgroundQueue
 
 pytestmark = pytest.mark.anyio
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from proxy import wirejson
-from proxy.compaction.background import BackgroundQueue
-from proxy.compaction.calibration import Calibration
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.decision import Decision, Incoming
 from proxy.compaction.events import CompactionDecided, OverflowRetry, SummaryStored
+from proxy.compaction.models.calibration import Calibration
+from proxy.compaction.models.windows import ModelWindows
 from proxy.compaction.settings import CompactionSettings
-from proxy.compaction.windows import ModelWindows
+from proxy.compaction.summaries.background import BackgroundQueue
 from proxy.config.settings import parse_settings
 from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_completions import CHAT

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.compaction.focus import MAX_CHARS
+from proxy.compaction.summaries.focus import MAX_CHARS
 from tests.dialects.test_anthropic_messages import anthropic_client
 from tests.support.clients import admin_get, admin_view, openai_client
 from tests.support.config import EVERY_THREE_INTERACTIONS, summarizing

@@ -3,7 +3,7 @@ native``): a model refused falls back until the memory expires, then native is t
 
 from __future__ import annotations
 
-from proxy.compaction.native import REMEMBERED_SECONDS, Unsupported
+from proxy.compaction.dialect.native import REMEMBERED_SECONDS, Unsupported
 
 
 class Clock:

@@ -1,10 +1,10 @@
-"""The pace record (proxy.compaction.pace): growth measured per growing request, read fail-open."""
+"""The pace record (proxy.compaction.money.pace): growth measured per growing request, read fail-open."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
-from proxy.compaction.pace import PACE_KEY, Pace
+from proxy.compaction.money.pace import PACE_KEY, Pace
 
 
 def test_growth_is_the_mean_of_what_each_growing_request_added() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction.prefix_summary import INSTRUCTION
+from proxy.compaction.summaries.prefix_summary import INSTRUCTION
 from tests.support.clients import openai_client
 from tests.support.config import summarizing
 from tests.support.mock_upstream import MockUpstream, Reply, completion, json_reply

@@ -1,4 +1,4 @@
-"""How a plan names what it removed (proxy.compaction.recall_notes): stubs name their
+"""How a plan names what it removed (proxy.compaction.recall.notes): stubs name their
 handle and tool, a summary ends with a bounded index whose segments cover all it summarized,
 handles are stable within a conversation and differ across conversations."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from proxy.compaction.recall_answer import matching_lines
-from proxy.compaction.recall_notes import annotate
+from proxy.compaction.recall.answer import matching_lines
+from proxy.compaction.recall.notes import annotate
 from proxy.config.recall import RecallSettings
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.policy import ClearToolResultsSettings, PolicySettings, TriggerSettings

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from proxy import wirejson
 from proxy.compaction.events import SummaryOmitted
-from proxy.compaction.summarizer import DEFAULT_PROMPT, OpenAISummarizer
-from proxy.compaction.transcript import identifiers, keep_identifiers
+from proxy.compaction.summaries.summarizer import DEFAULT_PROMPT, OpenAISummarizer
+from proxy.compaction.summaries.transcript import identifiers, keep_identifiers
 from proxy.config.settings import SummarizerSettings
 from proxy.core.summary_message import TAG_PATTERN, render_summary_message
 from proxy.core.tokens import TokenCounter

@@ -6,7 +6,7 @@ import httpx
 import pytest
 import respx
 
-from proxy.compaction.summarizer import summarizer_factory
+from proxy.compaction.summaries.summarizer import summarizer_factory
 from proxy.config.settings import parse_settings
 from proxy.core.tokens import TokenCounter
 

@@ -10,14 +10,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.compaction.calibration import (
+from proxy.compaction.models.calibration import (
     Calibration,
     calibrated_policy,
     effective_window,
     prompt_tokens,
 )
-from proxy.compaction.window_sources import entry_window, find_entry, window_from_error
-from proxy.compaction.windows import ModelWindows, relies_on_window, startup_warnings
+from proxy.compaction.models.window_sources import entry_window, find_entry, window_from_error
+from proxy.compaction.models.windows import ModelWindows, relies_on_window, startup_warnings
 from proxy.config.settings import CalibrationSettings, Settings, parse_settings
 from proxy.core.policy import PolicySettings
 from proxy.proxying.responses import BufferedResponse, ResponseTail

@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from proxy.compaction.translation import Translator
+from proxy.compaction.dialect.translation import Translator
 from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.base import Dialect
 from proxy.dialects.chat_completions import CHAT

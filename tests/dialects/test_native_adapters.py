@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from proxy.compaction.native import NativeAsk, NativeUsage, ask_of, planned_policy
+from proxy.compaction.dialect.native import NativeAsk, NativeUsage, ask_of, planned_policy
 from proxy.core.policy import PolicySettings
 from proxy.dialects.anthropic_native import ANTHROPIC_NATIVE
 from proxy.dialects.responses_native import RESPONSES_NATIVE

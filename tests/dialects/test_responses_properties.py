@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy import wirejson
-from proxy.compaction.calibration import prompt_tokens
+from proxy.compaction.models.calibration import prompt_tokens
 from proxy.core.clearing import CLEARED_STUB
 from proxy.core.interactions import group, strip_agent_summaries
 from proxy.core.planner import Plan, plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 
-from proxy.compaction.prefix_summary import prefix_is_cheaper
+from proxy.compaction.summaries.prefix_summary import prefix_is_cheaper
 from proxy.dialects.anthropic_messages import MESSAGES
 from proxy.dialects.chat_completions import CHAT
 from proxy.dialects.responses import RESPONSES

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction.recall_contract import Answered, ModelReply, RecallShape
+from proxy.compaction.dialect.recall import Answered, ModelReply, RecallShape
 from proxy.dialects.anthropic_recall import ANTHROPIC_RECALL
 from proxy.dialects.chat_recall import CHAT_RECALL
 from proxy.dialects.responses_recall import RESPONSES_RECALL

@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from proxy.compaction.window_sources import window_from_error
+from proxy.compaction.models.window_sources import window_from_error
 from proxy.upstream.content_coding import Decoder, content_coding, decoded, readable_accept_encoding
 
 ERROR = b'{"error":{"message":"maximum context length is 8192 tokens"}}'

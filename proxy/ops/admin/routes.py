@@ -37,7 +37,7 @@ from starlette.routing import BaseRoute, Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.compaction.compactor import Compactor
-from proxy.compaction.spending import ledger_view
+from proxy.compaction.money.spending import ledger_view
 from proxy.config.ops import AdminSettings
 from proxy.config.sections import SummarizerSettings
 from proxy.config.store import ConversationSettings

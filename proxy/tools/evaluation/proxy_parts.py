@@ -11,7 +11,7 @@ from __future__ import annotations
 from proxy.app import create_app
 from proxy.compaction.policies import choose_policy
 from proxy.compaction.protocol import POLICY as POLICY_HEADER
-from proxy.compaction.transcript import identifiers, transcript_line
+from proxy.compaction.summaries.transcript import identifiers, transcript_line
 from proxy.config.settings import Settings, load_settings
 from proxy.core.messages import content_text
 from proxy.core.policy import ModelInfo

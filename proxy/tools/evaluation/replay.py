@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from proxy.compaction import protocol
-from proxy.compaction.prefix_summary import INSTRUCTION as PREFIX_INSTRUCTION
+from proxy.compaction.summaries.prefix_summary import INSTRUCTION as PREFIX_INSTRUCTION
 from proxy.errors import EvaluationError
 from proxy.tools.evaluation.proxy_parts import (
     POLICY_HEADER,

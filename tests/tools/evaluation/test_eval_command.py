@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.compaction.transcript import identifiers
+from proxy.compaction.summaries.transcript import identifiers
 from proxy.tools.evaluation.synthetic import builtin_transcripts
 from tests.support.mock_upstream import MockUpstream
 from tests.tools.evaluation.command import run_eval, write_config

@@ -20,13 +20,17 @@ from functools import partial
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryFailed, SummaryMade, SummaryStored
+from proxy.compaction.money.pace import Paces
+from proxy.compaction.money.spending import Spending
 from proxy.compaction.offload import work
-from proxy.compaction.pace import Paces
 from proxy.compaction.planning import AHEAD
-from proxy.compaction.prefix_summary import PrefixSource, prefix_is_cheaper, summarize_on_prefix
-from proxy.compaction.spending import Spending
-from proxy.compaction.stored import StoredCheckpoints
-from proxy.compaction.summarizer import SummarizerFactory
+from proxy.compaction.summaries.prefix_summary import (
+    PrefixSource,
+    prefix_is_cheaper,
+    summarize_on_prefix,
+)
+from proxy.compaction.summaries.stored import StoredCheckpoints
+from proxy.compaction.summaries.summarizer import SummarizerFactory
 from proxy.config.settings import SummarizerSettings
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.pins import to_summarize
@@ -104,7 +108,7 @@ class Summaries:
         ``triggered``: a trigger fired (rather than only being near), so the summary applies
         from the next request on; a summary made only because a trigger was near waits for it.
         ``prefix``: the request this summary follows, to ask it on the cached prompt
-        (``proxy.compaction.prefix_summary``).
+        (``proxy.compaction.summaries.prefix_summary``).
         """
         token = await self._store.acquire_lock(conv.tenant, conv.conversation_id)
         if token is None:

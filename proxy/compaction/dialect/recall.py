@@ -1,7 +1,7 @@
 """What the recall loop needs of a dialect: the tool in the dialect's own shape, a
 reply read for tool calls, and the body that asks again with the recall answered. Compaction
 defines it; each dialect implements it (``proxy/dialects/*_recall.py``) and offers it as its
-``recall`` attribute; the forwarder's loop (``proxy/proxying/recall_loop.py``) drives it.
+``recall`` attribute; the forwarder's loop (``proxy/proxying/recall/loop.py``) drives it.
 """
 
 from __future__ import annotations

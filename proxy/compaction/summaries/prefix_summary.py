@@ -1,7 +1,7 @@
 """Summaries on the cached prefix: the conversation's own model, asked on the prompt it has just
 read ("Make the summarizer cacheable"; docs/cost.md#the-summarizer-on-the-cached-prefix).
 
-The quoted summarizer (``proxy.compaction.summarizer``) sends the old turns as quoted data to
+The quoted summarizer (``proxy.compaction.summaries.summarizer``) sends the old turns as quoted data to
 the summarizer's model: a prompt no provider has seen, billed in full. A summary made right after
 an answer can instead send the body the proxy has just sent for that request, with the summary
 instructions after it (``Translator.summary_call``): the provider reads the whole transcript from
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from proxy import wirejson
-from proxy.compaction.transcript import keep_identifiers, transcript_line
-from proxy.compaction.translation import Translator
+from proxy.compaction.dialect.translation import Translator
+from proxy.compaction.summaries.transcript import keep_identifiers, transcript_line
 from proxy.core.messages import calls_text, content_text
 from proxy.core.summary_message import cap_summary, escape_tags, summary_token_cap
 from proxy.core.text import well_formed
@@ -59,7 +59,7 @@ points under headings. Output only the summary."""
 
 _VERBATIM = "The turns from this one on stay verbatim after your summary, so cover what came \
 before it: "
-# X-Compaction-Focus (proxy.compaction.focus), for the summary that request makes.
+# X-Compaction-Focus (proxy.compaction.summaries.focus), for the summary that request makes.
 FOCUS_NOTE = """For this summary the user asks you to focus on: {focus}
 Keep everything the conversation says about it, in full detail; summarize the rest as usual."""
 _DESCRIBE_CHARS = 160

@@ -11,7 +11,7 @@ gathers what the rule weighs for one request:
   made ahead of time (its cost is spent: only the cache break counts), else with a summary of
   the estimated size (a tenth of what it reads, at most ``max_summary_tokens``);
 - the summarizer's call: what it reads, billed at its model's price, uncached;
-- the conversation's pace (``proxy.compaction.pace``): its growth per turn, and the turns to come,
+- the conversation's pace (``proxy.compaction.money.pace``): its growth per turn, and the turns to come,
   estimated as many as it has had (a conversation that has gone on for 40 turns is as likely as
   not to go on for 40 more: the estimate known as the Lindy or Copernican rule);
 - what of the cached prefix the compaction keeps (``prefix_break``): the tools and the system
@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from proxy.compaction.conversation import Conversation
-from proxy.compaction.pace import Pace
+from proxy.compaction.money.pace import Pace
 from proxy.compaction.planning import plan_with
 from proxy.compaction.settings import CompactionSettings
 from proxy.core.checkpoints import Checkpoint

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.compaction.native import NativeAdapter
-from proxy.compaction.recall_contract import RecallShape
+from proxy.compaction.dialect.native import NativeAdapter
+from proxy.compaction.dialect.recall import RecallShape
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
 
@@ -42,7 +42,7 @@ class Translator(Protocol):
     @property
     def native(self) -> NativeAdapter | None: ...
     # The recall tool in this dialect's shape (offered, read back, answered:
-    # ``proxy.compaction.recall_contract``); None: recall is never offered on this route.
+    # ``proxy.compaction.dialect.recall``); None: recall is never offered on this route.
     @property
     def recall(self) -> RecallShape | None: ...
 

@@ -8,8 +8,8 @@ window, a successful one reports the prompt's tokens as the provider counted the
 
 from __future__ import annotations
 
-from proxy.compaction.calibration import Calibration, effective_window, prompt_tokens
-from proxy.compaction.windows import ModelWindows
+from proxy.compaction.models.calibration import Calibration, effective_window, prompt_tokens
+from proxy.compaction.models.windows import ModelWindows
 from proxy.core.policy import ModelInfo
 
 _MAX_INFOS = 4096  # windows change slowly; bounded anyway

@@ -2,7 +2,7 @@
 entry (vLLM ``max_model_len``, OpenRouter ``context_length``, llama.cpp ``meta``, LiteLLM
 ``max_input_tokens``) or a context-overflow error ("maximum context length is N tokens").
 
-Pure parsing, no I/O: ``proxy.compaction.windows`` asks and remembers. Whether an answer is an
+Pure parsing, no I/O: ``proxy.compaction.models.windows`` asks and remembers. Whether an answer is an
 overflow at all is ``proxy.upstream.overflow_answers`` (the forwarder asks it too).
 """
 

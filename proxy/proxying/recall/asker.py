@@ -1,6 +1,6 @@
 """The recall rounds of one request, one at a time: a reply's recall calls answered
 from the originals and the request sent again with them; what the rounds were billed. The loop
-(``recall_loop.py``) and a stream that recalls after its text (``recall_stream.py``) share one
+(``loop.py``) and a stream that recalls after its text (``stream.py``) share one
 ``Asker`` per request, so ``recall.max_rounds`` and ``recall.timeout_seconds`` bound them all.
 """
 
@@ -12,9 +12,9 @@ from typing import Any
 
 from proxy import tracing, wirejson
 from proxy.compaction import protocol
-from proxy.compaction.recall import RecallSession
-from proxy.compaction.recall_contract import Answered, CallStrip, ModelReply, ToolCall
-from proxy.proxying.recall_usage import round_usage
+from proxy.compaction.dialect.recall import Answered, CallStrip, ModelReply, ToolCall
+from proxy.compaction.recall.tool import RecallSession
+from proxy.proxying.recall.usage import round_usage
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from proxy.compaction.background import BackgroundQueue
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import AheadOfTimeDropped
-from proxy.compaction.prefix_summary import PrefixSource
-from proxy.compaction.summaries import Summaries
+from proxy.compaction.summaries.background import BackgroundQueue
+from proxy.compaction.summaries.making import Summaries
+from proxy.compaction.summaries.prefix_summary import PrefixSource
 from proxy.core.plan import SummaryRequest
 from proxy.errors import SummarizerError
 from proxy.events import Listeners

@@ -31,7 +31,7 @@ from fnmatch import fnmatchcase
 from typing import Any, TypeVar
 
 from proxy.compaction.events import WindowDiscovered, WindowLearned
-from proxy.compaction.window_sources import (
+from proxy.compaction.models.window_sources import (
     entry_window,
     find_entry,
     needs_props,

@@ -5,14 +5,14 @@ watching it (docs/recall.md): models often write a sentence, then call a tool.
 - From the first event that starts a tool call to the end of the answer, events are held (a
   tool call is short). If none of its calls is a recall, the held events go out as they came.
 - If one is, the held events never go out: the recall is answered, the provider asked again
-  (``recall_asker.Asker``), and the client's stream goes on with the new answer's events, spliced
+  (``asker.Asker``), and the client's stream goes on with the new answer's events, spliced
   in the dialect's own terms (``RecallShape.splice``: its opening dropped, its blocks or items
   numbered on from those the client has, its end describing the whole reply). An SSE comment
   marks the splice (clients ignore comments). The new answer is watched the same way, up to
   ``recall.max_rounds`` rounds in all.
 - A re-ask the provider refuses, or that cannot be sent, ends the stream with an ``error``
   event carrying the provider's error (the official SDKs raise it): the text already sent stays.
-- Usage events carry the rounds' usage added (``recall_usage.py``); what goes out is decoded.
+- Usage events carry the rounds' usage added (``usage.py``); what goes out is decoded.
 - Past ``_MAX_WATCHED_BYTES`` of one answer the stream stops watching and relays the rest as it
   is (a recall called that late reaches the client).
 """
@@ -25,10 +25,10 @@ from typing import Any
 
 from proxy import wirejson
 from proxy.compaction import protocol
-from proxy.compaction.recall_contract import TOOL, StreamSplice
+from proxy.compaction.dialect.recall import TOOL, StreamSplice
 from proxy.errors import ProxyError
-from proxy.proxying.recall_asker import Asker
-from proxy.proxying.recall_usage import (
+from proxy.proxying.recall.asker import Asker
+from proxy.proxying.recall.usage import (
     EVENT_END,
     decoded_headers,
     event_with_rounds,

@@ -2,7 +2,7 @@
 the decision to send, and what is done with the answer.
 
 The body goes out as the client sent it plus the context management the policy implies
-(``proxy.compaction.native``; the client's own fields win), with the beta flags those need
+(``proxy.compaction.dialect.native``; the client's own fields win), with the beta flags those need
 merged into the client's ``anthropic-beta``. ``NativeCall`` is both the decision's ``native``
 (what the forwarder asks: did the provider refuse the fields? what do the response headers say
 it did?) and its follow-up (what it did goes to the events, the metrics and the ledger; a
@@ -24,13 +24,13 @@ from proxy import wirejson
 from proxy.compaction import protocol
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.decision import Decision
+from proxy.compaction.dialect.native import NATIVE, NativeAdapter, NativeReport, Unsupported, ask_of
+from proxy.compaction.dialect.translation import Translator
 from proxy.compaction.events import CompactionDecided
 from proxy.compaction.follow_up import PlannedFollowUp
-from proxy.compaction.model_info import ModelInfos
-from proxy.compaction.native import NATIVE, NativeAdapter, NativeReport, Unsupported, ask_of
+from proxy.compaction.models.model_info import ModelInfos
+from proxy.compaction.money.spending import Spending, read_usage
 from proxy.compaction.render import with_cache_key
-from proxy.compaction.spending import Spending, read_usage
-from proxy.compaction.translation import Translator
 from proxy.core.plan import Plan
 from proxy.core.policy import PolicySettings
 from proxy.events import Listeners

@@ -1,5 +1,5 @@
 """How a recalled original is handed to the model: as data, quoted the way the summarizer's
-transcript is (``proxy.compaction.transcript.quote``: agent_summary tags escaped, between the
+transcript is (``proxy.compaction.summaries.transcript.quote``: agent_summary tags escaped, between the
 lines of a delimiter new for every answer, the delimiter escaped inside), with a sentence before
 it saying so, and any note of ours (cut, no match) outside the quote. An original is old
 conversation and tool output, both written by others: a line in it that looks like a turn
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import secrets
 
-from proxy.compaction.recall_notes import TRUNCATED
-from proxy.compaction.transcript import quote
+from proxy.compaction.recall.notes import TRUNCATED
+from proxy.compaction.summaries.transcript import quote
 
 _QUERY_CONTEXT_LINES = 3
 

@@ -9,7 +9,7 @@ answer.
   to the end of the stream, then relayed unchanged if none of its calls is a recall. Text (or a
   refusal) is relayed at once from that event on, so a reply that starts with text waits for
   nothing but the events before it (the stream's opening, reasoning); a recall it calls after
-  its text is answered by the stream itself (``proxy/proxying/recall_stream.py``).
+  its text is answered by the stream itself (``proxy/proxying/recall/stream.py``).
 - Bounded: ``recall.max_rounds`` rounds, ``recall.timeout_seconds`` in all, and the re-ask that
   ends them forbids tools, so the model answers with what it has. The tool stays declared on
   that re-ask (its history holds recall calls, which some providers refuse without their
@@ -19,7 +19,7 @@ answer.
 
 Headers ``X-Compaction-Recalls`` (rounds) and ``X-Compaction-Recall-Tokens`` (what the rounds
 were billed) go on the final answer (counting the rounds run before its headers), and its usage
-has the rounds' added (``proxy/proxying/recall_usage.py``).
+has the rounds' added (``proxy/proxying/recall/usage.py``).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.compaction.recall import RecallSession
-from proxy.compaction.recall_contract import TEXT, TOOL, UNDECIDED, CallStrip, ModelReply
-from proxy.proxying.recall_asker import Asker, Send
-from proxy.proxying.recall_stream import RecallStream, usage_events
-from proxy.proxying.recall_usage import (
+from proxy.compaction.dialect.recall import TEXT, TOOL, UNDECIDED, CallStrip, ModelReply
+from proxy.compaction.recall.tool import RecallSession
+from proxy.proxying.recall.asker import Asker, Send
+from proxy.proxying.recall.stream import RecallStream, usage_events
+from proxy.proxying.recall.usage import (
     EVENT_END,
     StreamWithRounds,
     body_with_rounds,
@@ -162,7 +162,7 @@ def _yes() -> bool:
 def _with_rounds_usage(
     looked: _Looked, rounds: list[dict[str, int]], streaming: bool, strip: CallStrip | None
 ) -> tuple[UpstreamResponse, Callable[[], bool]]:
-    """The final answer with the rounds' usage added (proxying/recall_usage.py) and the recall
+    """The final answer with the rounds' usage added (proxying/recall/usage.py) and the recall
     calls ``strip`` takes out, and whether its usage holds the rounds' (a stream knows once it
     has ended); a failed answer, or one in a coding we cannot read, goes out as it is."""
     final = looked.response

@@ -26,7 +26,7 @@ from typing import Any, get_args
 from proxy.compaction import protocol
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import RequestPriced, SummaryPriced
-from proxy.compaction.pending import PendingWrites
+from proxy.compaction.money.pending import PendingWrites
 from proxy.core.plan import Plan
 from proxy.economics.ledger import Ledger, add_request, add_summary
 from proxy.economics.prices import Price, PriceTable
@@ -127,7 +127,7 @@ class Spending:
             warm = at is not None and 0 <= now - at < CACHE_TTL_SECONDS
             updated = add_request(ledger, usage, price, full_prompt_tokens=full, warm=warm)
             before_after[:] = [ledger, updated]
-            # Other keys beside the ledger (the pace, proxy.compaction.pace) stay as they are;
+            # Other keys beside the ledger (the pace, proxy.compaction.money.pace) stay as they are;
             # the console's timeline (proxy.state.timeline) gets this request's point.
             return with_turn(
                 {**(entry or {}), **updated.to_dict(), "at": now, "model": conv.model},

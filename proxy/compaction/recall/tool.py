@@ -1,9 +1,9 @@
 """The recall tool, compaction's side (docs/recall.md): which requests get it, the
 originals their plan refers to (kept in the store, fire-and-forget), and the answer to one call.
 
-``Recall.prepare`` annotates a plan (``recall_notes``) and, when the plan refers to originals
+``Recall.prepare`` annotates a plan (``notes``) and, when the plan refers to originals
 and the request may have the tool, returns a ``RecallSession`` the decision carries to the
-forwarder, whose loop (``proxy/proxying/recall_loop.py``) answers the model's calls with it.
+forwarder, whose loop (``proxy/proxying/recall/loop.py``) answers the model's calls with it.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from typing import Any, Protocol
 
 from proxy import wirejson
 from proxy.compaction.conversation import Conversation
+from proxy.compaction.dialect.recall import RecallShape, ToolCall
+from proxy.compaction.money.pending import PendingWrites
+from proxy.compaction.money.spending import Spending, read_usage
 from proxy.compaction.offload import work
-from proxy.compaction.pending import PendingWrites
-from proxy.compaction.recall_answer import quoted
-from proxy.compaction.recall_contract import RecallShape, ToolCall
-from proxy.compaction.recall_events import (
+from proxy.compaction.recall.answer import quoted
+from proxy.compaction.recall.events import (
     OriginalsKept,
     RecallAnswered,
     RecallOffered,
     RecallRounds,
 )
-from proxy.compaction.recall_notes import Piece, annotate
-from proxy.compaction.spending import Spending, read_usage
+from proxy.compaction.recall.notes import Piece, annotate
 from proxy.config.recall import RecallSettings
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
@@ -75,7 +75,7 @@ class Recall:
         the prompt bigger than the client's own), the same bytes each time: it is rendered with the client's tools, before the messages, so a tool that came
         and went between requests would make the provider bill the whole prompt again each
         time (the price trigger counts that break once, when a compaction brings the tool in:
-        ``proxy.compaction.paying``). What may be left out is the notes: the index first, then
+        ``proxy.compaction.money.paying``). What may be left out is the notes: the index first, then
         the handles, when they would make the prompt bigger than the client's own or past a
         budget the plan kept."""
         shape = self.shape_for(conv)

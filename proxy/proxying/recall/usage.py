@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from proxy import wirejson
-from proxy.compaction.recall_contract import CallStrip
+from proxy.compaction.dialect.recall import CallStrip
 from proxy.proxying.responses import BufferedResponse
 from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse

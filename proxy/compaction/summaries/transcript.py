@@ -1,7 +1,7 @@
 """What a summary reads: the turns as transcript lines, the newest of them within the cap, cut
 into chunks of one summarizer call each, and the identifiers a summary must not lose.
 
-Text work in proportion to the input (``proxy.compaction.summarizer`` runs it in a worker
+Text work in proportion to the input (``proxy.compaction.summaries.summarizer`` runs it in a worker
 thread). Old turns are hostile input: every line is escaped as the summarizer's
 transcript; a lone surrogate becomes U+FFFD.
 """

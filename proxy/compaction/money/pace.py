@@ -11,7 +11,7 @@ The record is small and lives in the conversation's ledger entry (``proxy.state.
 ``"pace"``: one sealed value, the store's TTL, compare-and-set), so every replica sees it:
 
 - ``seen`` after each planned request: its time (the price trigger's warm-cache test,
-  ``proxy.compaction.paying``), the full history's tokens (the plan's ``tokens_before``)
+  ``proxy.compaction.money.paying``), the full history's tokens (the plan's ``tokens_before``)
   and the running mean of what each growing request added (a retry, an edit or a fork that does
   not grow the history is no sample); a request that applied the unapplied summary clears it;
 - ``stored`` after each new summary: if the summary no request has applied yet is not the one
@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, replace
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryUnused
-from proxy.compaction.pending import PendingWrites
+from proxy.compaction.money.pending import PendingWrites
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.plan import Plan
 from proxy.economics.decision import turns_to_reach

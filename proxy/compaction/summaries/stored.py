@@ -12,7 +12,7 @@ from functools import partial
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.offload import work
-from proxy.compaction.pinning import choose_checkpoint
+from proxy.compaction.summaries.pinning import choose_checkpoint
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.state.conversations import Store
 
@@ -43,7 +43,7 @@ class StoredCheckpoints:
     def to_apply(
         self, conv: Conversation, record: Record | None, pinned: str | None
     ) -> Checkpoint | None:
-        """The checkpoint a request applies: the one it pins (``proxy.compaction.pinning``;
+        """The checkpoint a request applies: the one it pins (``proxy.compaction.summaries.pinning``;
         not enforced while the store cannot answer), else the deepest. Blocking: hashes."""
         ok = self._store.state().state == "ok"
         return choose_checkpoint(record, conv.messages, pinned, store_ok=ok, facts=conv.facts)

@@ -21,16 +21,16 @@ from urllib.parse import urlsplit
 
 from proxy import wirejson
 from proxy.compaction import protocol
-from proxy.compaction.compaction_items import ItemSeal
+from proxy.compaction.agents.items import ItemSeal
 from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming, LocalReply
 from proxy.compaction.events import CompactionDecided
 from proxy.compaction.offload import is_heavy, work
 from proxy.compaction.policies import choose_policy
 from proxy.compaction.settings import CompactionSettings
-from proxy.compaction.stored import StoredCheckpoints
-from proxy.compaction.summarizer import SummarizerFactory
-from proxy.compaction.transcript import transcript_line
+from proxy.compaction.summaries.stored import StoredCheckpoints
+from proxy.compaction.summaries.summarizer import SummarizerFactory
+from proxy.compaction.summaries.transcript import transcript_line
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.tokens import TokenCounter
 from proxy.errors import SummarizerError
