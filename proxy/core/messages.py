@@ -9,12 +9,15 @@ follow, and an unknown field is theirs to judge, not ours. The dicts are returne
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from proxy.core.facts import FactLookup
 from proxy.errors import InvalidMessage, InvalidRequest
 
+# On a neutral tool message: its provider marked the result as an error (Anthropic's
+# ``is_error``, which Claude Code also sets on a call the user rejected), whatever its text says.
+FAILED = "_failed"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 # Part types each role may send (https://platform.openai.com/docs/api-reference/chat/create).
@@ -174,9 +177,12 @@ def calls_text(message: dict[str, Any]) -> str:
     )
 
 
-def is_error_result(content: object, pattern: Any) -> bool:
-    """A tool result failed: it parses as an error object, or its text matches ``pattern``."""
-    text = content_text(content)
+def is_error_result(message: Mapping[str, Any], pattern: Any) -> bool:
+    """A tool result failed: its provider marked it so (``FAILED``), it parses as an error
+    object, or its text matches ``pattern``."""
+    if message.get(FAILED) is True:
+        return True
+    text = content_text(message.get("content"))
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:

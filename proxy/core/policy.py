@@ -71,7 +71,10 @@ class TriggerSettings(PolicyModel):
     )
     tool_error_pattern: str = Field(
         r"(?i)^\s*(error|exception|traceback)\b",
-        description="A tool result matching this regex (or parsing as an error object) failed.",
+        description=(
+            "A tool result matching this regex (or parsing as an error object, or marked an "
+            "error by its provider: Anthropic's is_error, also on a call the user rejected) failed."
+        ),
     )
     conditions: tuple[str, ...] = Field(
         (),

@@ -159,7 +159,7 @@ def _tool_outcomes(
         if call is None and isinstance(name, str) and name:  # a legacy function result
             call = ToolCall(name, "")
         if call is not None and call.name:
-            outcome = failed if is_error_result(message.get("content"), compiled) else succeeded
+            outcome = failed if is_error_result(message, compiled) else succeeded
             outcome.add(call)
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from proxy import wirejson
 from proxy.core.facts import FactLookup
+from proxy.core.messages import FAILED
 from proxy.core.pins import PINNED
 from proxy.core.plan import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
@@ -203,6 +204,7 @@ def _neutral_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
             "content": _parts(b.get("content", "")),
             WIRE: wire,
             HASHED: hashed,
+            **({FAILED: True} if b.get("is_error") is True else {}),
         }
         for b in results
     ]

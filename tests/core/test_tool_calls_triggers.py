@@ -17,6 +17,7 @@ from proxy.config.settings import parse_settings
 from proxy.core.planner import plan
 from proxy.core.policy import PolicySettings, TriggerSettings
 from proxy.core.tokens import TokenCounter
+from proxy.dialects.anthropic_messages import AnthropicMessages
 from proxy.errors import ConfigError
 from tests.support.messages import assistant, tool, user
 
@@ -94,3 +95,65 @@ def test_a_bad_regex_in_an_entry_is_refused_when_the_config_loads() -> None:
     )
     with pytest.raises(ConfigError, match="on_tool_success"):
         parse_settings(text, environ={})
+
+
+# Claude Code's answer when the user rejects a tool call: an error result (``is_error``) whose
+# text says nothing a pattern would read as a failure.
+REJECTED = (
+    "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it "
+    "was a file edit, the new_string was NOT written to the file). STOP what you are doing and "
+    "wait for the user to tell you how to proceed."
+)
+
+
+def claude_code_outcome(command: str, result: str, *, is_error: bool) -> tuple:
+    """What the recipe fires on a Claude Code request (Anthropic Messages, as it sends them)
+    whose last message answers one Bash call."""
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1024,
+        "messages": [
+            {"role": "user", "content": "commit the port"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                     "input": {"command": command, "description": "Commit"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": result,
+                     "is_error": is_error},
+                ],
+            },
+        ],
+    }  # fmt: skip
+    messages = AnthropicMessages().conversation(body).messages
+    trigger = recipe_trigger().model_copy(update={"context_fraction": 0, "interaction_tokens": 0})
+    return plan(
+        messages,
+        PolicySettings(trigger=trigger),
+        model="claude-sonnet-4-5",
+        counter=TokenCounter({}),
+        model_info=None,
+        prior=None,
+    ).fired
+
+
+def test_a_call_the_user_rejected_is_no_success(tiktoken_files: object) -> None:
+    """A commit the user refused did not happen: no task boundary, no summary for it."""
+    commit = "git add -A && git commit -m 'Port to Rust'"
+    assert claude_code_outcome(commit, "[master 7e2d976] Port to Rust", is_error=False) == (
+        "on_tool_success",
+    )
+    assert claude_code_outcome(commit, REJECTED, is_error=True) == ()
+
+
+def test_an_error_result_of_a_build_fires_on_tool_error_whatever_its_text(
+    tiktoken_files: object,
+) -> None:
+    assert claude_code_outcome("npm run build", "src/app.ts: TS2304", is_error=True) == (
+        "on_tool_error",
+    )
