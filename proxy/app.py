@@ -169,12 +169,8 @@ def create_app(
                 await probe
             await windows.aclose()
             await background.aclose(settings.server.shutdown_grace_seconds)
-            with contextlib.suppress(TimeoutError):  # the ledger writes of the last answers
-                await asyncio.wait_for(compactor.spending.join(), timeout=5)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(compactor.paces.join(), timeout=5)
-            with contextlib.suppress(TimeoutError):  # the originals of the last requests
-                await asyncio.wait_for(compactor.recall.join(), timeout=5)
+            with contextlib.suppress(TimeoutError):  # the books and originals of the last answers
+                await asyncio.wait_for(compactor.join(), timeout=5)
             await hooks.aclose(settings.server.shutdown_grace_seconds)
             client, resources.client = resources.client, None
             if client is not None:

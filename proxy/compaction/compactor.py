@@ -79,11 +79,11 @@ class Compactor:
         self._stored = StoredCheckpoints(store)
         # Each answer and summary priced into the conversation's ledger.
         prices = prices or PriceTable()
-        self.spending = Spending(
+        self._spending = Spending(
             prices=prices, ledgers=store.ledgers, listeners=listeners, clock=clock
         )
         # Each conversation's growth, last request and summaries not applied yet.
-        self.paces = Paces(store.ledgers, listeners, clock=clock)
+        self._paces = Paces(store.ledgers, listeners, clock=clock)
         self._summaries = Summaries(
             store=store,
             stored=self._stored,
@@ -91,17 +91,17 @@ class Compactor:
             summarizer_for=summarizer_for,
             settings=settings.summarizer,
             listeners=listeners,
-            spending=self.spending,
-            paces=self.paces,
+            spending=self._spending,
+            paces=self._paces,
         )
         # What compaction removed, kept for the model's recall tool.
-        self.recall = Recall(
+        self._recall = Recall(
             settings.recall,
             originals=store.originals,
             tenancy=tenancy,
             listeners=listeners,
             counter=counter,
-            spending=self.spending,
+            spending=self._spending,
         )
         self._rewriter = Rewriter(
             settings,
@@ -123,10 +123,10 @@ class Compactor:
             models=models,
             review=review or NoReview(),
             listeners=listeners,
-            spending=self.spending,
-            paces=self.paces,
-            price=PriceTrigger(settings, prices, counter, self.recall),
-            recall=self.recall,
+            spending=self._spending,
+            paces=self._paces,
+            price=PriceTrigger(settings, prices, counter, self._recall),
+            recall=self._recall,
         )
 
         # The agents' own compaction (docs/agent-compaction.md): a stage before the rewriter.
@@ -153,6 +153,12 @@ class Compactor:
             if answered is not None:
                 return answered
         return await self._rewriter.decide(incoming)
+
+    async def join(self) -> None:
+        """Wait for the writes the answered requests left under way: their books (ledger,
+        pace, timeline) and the originals recall keeps (shutdown and tests)."""
+        await self._spending.join()
+        await self._recall.join()
 
     # --- primitives for the admin API (proxy/ops/admin/routes.py) -----------------------------
 
@@ -187,7 +193,7 @@ class Compactor:
         """Delete the conversation from the store (True if it was stored), counting the
         summaries it held that no request applied. StoreError when that cannot be done."""
         delete = partial(self._store.delete, tenant, conversation_id)
-        return await self.paces.forgetting(tenant, conversation_id, delete)
+        return await self._paces.forgetting(tenant, conversation_id, delete)
 
     def plan(
         self, conv: Conversation, checkpoint: Checkpoint | None, *, force: bool = False
