@@ -7,7 +7,11 @@ One entry per conversation (a JSON object, sealed beside its checkpoints) holds 
 - the ledger (``proxy.economics.ledger``: what the answers and the summaries cost, against sending
   the full history direct), with ``at`` (when the last answer ended: the cache's warmth) and
   ``model``;
-- the timeline (``proxy.state.timeline``: one point per answer whose usage was reported);
+- the timeline: one point (``Turn``) per answer whose usage was reported, under ``"turns"``,
+  the newest ``MAX_TURNS``. The operator console draws it: the prompt the client had (its full
+  history) against the prompt the provider got, where each summary started to apply, and what
+  the provider read from its prompt cache (the ledger holds only totals). A request whose answer
+  carries no usage (a stream without ``stream_options.include_usage``) leaves no point;
 - the pace (``Pace``, under ``"pace"``: how fast the history grows a turn, and the summaries made
   for it that no request has applied yet; ``proxy.compaction.money.pace`` reads it).
 
@@ -17,17 +21,19 @@ cost (``summary_added``); a summary stored moves the pace's unapplied summary (`
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 from proxy.economics.ledger import Ledger, add_request, add_summary
 from proxy.economics.prices import Price
 from proxy.economics.usage import BilledUsage
 from proxy.state.ledgers import Entry
-from proxy.state.timeline import Turn, with_turn
 
 PACE_KEY = "pace"  # the pace record's key inside the ledger entry
 MIN_SAMPLES = 2  # growing requests seen before the growth is trusted
 CACHE_TTL_SECONDS = 300.0  # Anthropic's default cache life; OpenAI's lasts 5-10 minutes idle
+TURNS_KEY = "turns"  # the timeline's key inside the ledger entry
+MAX_TURNS = 100  # points kept: each a short JSON array, so the entry stays a few KB
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,64 @@ class PaceSample:
         if self.applied is not None and self.applied == seen.unapplied:
             seen = replace(seen, unapplied=None, unapplied_count=0)
         return seen
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One answered request as the proxy planned it and the provider billed it."""
+
+    at: float  # seconds since the epoch, when the answer ended
+    messages: int  # the client's history, in messages (a checkpoint's ``covered`` counts these)
+    full_tokens: int  # the proxy's count of that history: what sending it direct would cost
+    sent_tokens: int  # the proxy's count of the prompt it sent
+    billed_tokens: int  # the prompt tokens the provider billed
+    cached_tokens: int  # of which read from the provider's prompt cache
+    checkpoint: str | None  # the summary applied, None when sent as the client sent it
+
+    def view(self) -> dict[str, Any]:
+        """The point as the admin API shows it."""
+        return {
+            "at": self.at,
+            "messages": self.messages,
+            "full_tokens": self.full_tokens,
+            "sent_tokens": self.sent_tokens,
+            "billed_tokens": self.billed_tokens,
+            "cached_tokens": self.cached_tokens,
+            "checkpoint": self.checkpoint,
+        }
+
+
+_FIELDS = [field.name for field in fields(Turn)]  # a point's order: the record's
+
+
+def _point(raw: object) -> Turn | None:
+    if not isinstance(raw, list) or len(raw) != 7:
+        return None
+    at, messages, full, sent, billed, cached, checkpoint = raw
+    counts = (messages, full, sent, billed, cached)
+    if not isinstance(at, int | float) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in counts
+    ):
+        return None
+    if checkpoint is not None and not isinstance(checkpoint, str):
+        return None
+    return Turn(float(at), messages, full, sent, billed, cached, checkpoint)
+
+
+def turns_of(entry: Entry | None) -> list[Turn]:
+    """The points an entry holds, oldest first; an unreadable one is left out."""
+    raw = entry.get(TURNS_KEY) if entry else None
+    if not isinstance(raw, list):
+        return []
+    return [turn for turn in map(_point, raw) if turn is not None]
+
+
+def with_turn(entry: Entry, turn: Turn) -> Entry:
+    """``entry`` with ``turn`` appended, the oldest dropped beyond ``MAX_TURNS``."""
+    kept = entry.get(TURNS_KEY)
+    points = list(kept) if isinstance(kept, list) else []
+    points.append([getattr(turn, name) for name in _FIELDS])
+    return {**entry, TURNS_KEY: points[-MAX_TURNS:]}
 
 
 def ledger_of(entry: Entry | None) -> tuple[Ledger, float | None]:

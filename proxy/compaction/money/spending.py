@@ -28,7 +28,14 @@ from typing import Any, get_args
 from proxy.compaction import protocol
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import RequestPriced, SummaryPriced
-from proxy.compaction.money.books import Answered, PaceSample, Priced, ledger_of, summary_added
+from proxy.compaction.money.books import (
+    Answered,
+    PaceSample,
+    Priced,
+    Turn,
+    ledger_of,
+    summary_added,
+)
 from proxy.compaction.money.pending import PendingWrites
 from proxy.core.plan import Plan
 from proxy.economics.prices import Price, PriceTable
@@ -36,7 +43,6 @@ from proxy.economics.usage import BilledUsage, Wire, billed_usage
 from proxy.errors import StoreError
 from proxy.events import Listeners
 from proxy.state.ledgers import Entry, Ledgers
-from proxy.state.timeline import Turn
 
 logger = logging.getLogger("proxy.compaction")
 
