@@ -148,3 +148,22 @@ def test_a_request_never_answered_leaves_no_books(tiktoken_files: object) -> Non
         return await entry_of(store)
 
     assert asyncio.run(run()) is None
+
+
+def test_an_answer_heard_only_as_answered_still_writes_the_pace(tiktoken_files: object) -> None:
+    """After recall rounds the final answer is priced by the rounds' follow-up, and this one is
+    only told it was answered: the request's pace sample is written all the same, once."""
+
+    async def run() -> tuple[dict[str, Any] | None, int]:
+        compactor, store, backend = made()
+        decision = await request(compactor)
+        assert decision.follow_up is not None
+        decision.follow_up.answered()
+        decision.follow_up.answered()
+        await compactor.join()
+        key = store.tenancy.ledger_key(store.tenancy.tenant(None), "c1")
+        return await entry_of(store), backend.writes.get(key, 0)
+
+    entry, writes = asyncio.run(run())
+    assert entry is not None and set(entry) == {"pace"}
+    assert writes == 1
