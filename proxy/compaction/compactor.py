@@ -4,8 +4,11 @@
 ``Rewriter`` decides each request (``decide``: the one call the route makes), ``Summaries``
 makes summaries one at a time, ``AheadOfTime`` queues those due after an answer,
 ``OverflowRescue`` plans the retry after an overflow, ``StoredCheckpoints`` reads what the store
-holds. The admin API's preview and forced compaction use the same parts
-(``conversation_of``, ``deepest_checkpoint``, ``plan``, ``summarize``).
+holds, ``Spending`` writes each conversation's books after its answers. Each part is made by one
+named builder over ``_Parts``, what they are built from and share. The app sees ``decide`` and
+``join`` (the writes the last answers left, at shutdown); the admin API's preview and forced
+compaction use the same parts (``conversation_of``, ``deepest_checkpoint``, ``plan``,
+``summarize``, ``forget``).
 """
 
 from __future__ import annotations
