@@ -4,14 +4,18 @@
 ``Rewriter`` decides each request (``decide``: the one call the route makes), ``Summaries``
 makes summaries one at a time, ``AheadOfTime`` queues those due after an answer,
 ``OverflowRescue`` plans the retry after an overflow, ``StoredCheckpoints`` reads what the store
-holds. The admin API's preview and forced compaction use the same parts
-(``conversation_of``, ``deepest_checkpoint``, ``plan``, ``summarize``).
+holds, ``Spending`` writes each conversation's books after its answers. Each part is made by one
+named builder over ``_Parts``, what they are built from and share. The app sees ``decide`` and
+``join`` (the writes the last answers left, at shutdown); the admin API's preview and forced
+compaction use the same parts (``conversation_of``, ``deepest_checkpoint``, ``plan``,
+``summarize``, ``forget``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -67,81 +71,30 @@ class Compactor:
         clock: Callable[[], float] = time.time,
         agents: AgentWires | None = None,
     ) -> None:
-        listeners = listeners or Listeners()
-        tenancy = tenancy or store.tenancy  # the app's; a store built apart keys by its own
         self.settings = settings
         self.counter = counter
         self._store = store
-        models = ModelInfos(windows, calibration)
-        self._conversations = Conversations(
-            tenancy=tenancy, calibration=calibration, models=models, facts=counter.facts
-        )
-        self._stored = StoredCheckpoints(store)
-        # Each answer and summary priced into the conversation's ledger.
-        prices = prices or PriceTable()
-        self.spending = Spending(
-            prices=prices, ledgers=store.ledgers, listeners=listeners, clock=clock
-        )
-        # Each conversation's growth, last request and summaries not applied yet.
-        self.paces = Paces(store.ledgers, listeners, clock=clock)
-        self._summaries = Summaries(
+        parts = _Parts.of(
+            settings,
             store=store,
-            stored=self._stored,
             counter=counter,
             summarizer_for=summarizer_for,
-            settings=settings.summarizer,
-            listeners=listeners,
-            spending=self.spending,
-            paces=self.paces,
+            calibration=calibration,
+            models=ModelInfos(windows, calibration),
+            listeners=listeners or Listeners(),
+            tenancy=tenancy or store.tenancy,  # the app's; a store built apart keys by its own
+            prices=prices or PriceTable(),
+            clock=clock,
         )
-        # What compaction removed, kept for the model's recall tool.
-        self.recall = Recall(
-            settings.recall,
-            originals=store.originals,
-            tenancy=tenancy,
-            listeners=listeners,
-            counter=counter,
-            spending=self.spending,
+        self._conversations, self._stored = parts.conversations, parts.stored
+        self._spending = parts.spending
+        self._paces = parts.paces
+        self._summaries = _summaries(parts)
+        self._recall = _recall(parts)
+        self._rewriter = _rewriter(
+            parts, self._summaries, self._recall, background=background, review=review
         )
-        self._rewriter = Rewriter(
-            settings,
-            tenancy=tenancy,
-            counter=counter,
-            conversations=self._conversations,
-            stored=self._stored,
-            summaries=self._summaries,
-            ahead=AheadOfTime(
-                background=background, summaries=self._summaries, listeners=listeners
-            ),
-            rescue=OverflowRescue(
-                stored=self._stored,
-                summaries=self._summaries,
-                models=models,
-                counter=counter,
-                listeners=listeners,
-            ),
-            models=models,
-            review=review or NoReview(),
-            listeners=listeners,
-            spending=self.spending,
-            paces=self.paces,
-            price=PriceTrigger(settings, prices, counter, self.recall),
-            recall=self.recall,
-        )
-
-        # The agents' own compaction (docs/agent-compaction.md): a stage before the rewriter.
-        self._agents = None
-        if agents is not None:
-            self._agents = AgentCompaction(
-                settings,
-                agents,
-                tenancy=tenancy,
-                conversations=self._conversations,
-                stored=self._stored,
-                counter=counter,
-                summarizer_for=summarizer_for,
-                listeners=listeners,
-            )
+        self._agents = None if agents is None else _agents(parts, agents)
 
     # --- the request path ---------------------------------------------------------------------
 
@@ -153,6 +106,12 @@ class Compactor:
             if answered is not None:
                 return answered
         return await self._rewriter.decide(incoming)
+
+    async def join(self) -> None:
+        """Wait for the writes the answered requests left under way: their books (ledger,
+        pace, timeline) and the originals recall keeps (shutdown and tests)."""
+        await self._spending.join()
+        await self._recall.join()
 
     # --- primitives for the admin API (proxy/ops/admin/routes.py) -----------------------------
 
@@ -187,7 +146,7 @@ class Compactor:
         """Delete the conversation from the store (True if it was stored), counting the
         summaries it held that no request applied. StoreError when that cannot be done."""
         delete = partial(self._store.delete, tenant, conversation_id)
-        return await self.paces.forgetting(tenant, conversation_id, delete)
+        return await self._paces.forgetting(tenant, conversation_id, delete)
 
     def plan(
         self, conv: Conversation, checkpoint: Checkpoint | None, *, force: bool = False
@@ -204,3 +163,129 @@ class Compactor:
         return await self._summaries.summarize_now(
             conv, wanted, current.applied_checkpoint, mode=mode
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What the parts of compaction are built from, and the parts several of them share."""
+
+    settings: CompactionSettings
+    store: Store
+    tenancy: Tenancy
+    counter: TokenCounter
+    listeners: Listeners
+    summarizer_for: SummarizerFactory
+    models: ModelInfos
+    prices: PriceTable
+    conversations: Conversations
+    stored: StoredCheckpoints
+    spending: Spending  # each answer and summary priced into the conversation's books
+    paces: Paces  # each conversation's growth and the summaries not applied yet
+
+    @classmethod
+    def of(
+        cls,
+        settings: CompactionSettings,
+        *,
+        store: Store,
+        counter: TokenCounter,
+        summarizer_for: SummarizerFactory,
+        calibration: Calibration,
+        models: ModelInfos,
+        listeners: Listeners,
+        tenancy: Tenancy,
+        prices: PriceTable,
+        clock: Callable[[], float],
+    ) -> _Parts:
+        conversations = Conversations(
+            tenancy=tenancy, calibration=calibration, models=models, facts=counter.facts
+        )
+        return cls(
+            settings,
+            store,
+            tenancy,
+            counter,
+            listeners,
+            summarizer_for,
+            models,
+            prices,
+            conversations,
+            StoredCheckpoints(store),
+            Spending(prices=prices, ledgers=store.ledgers, listeners=listeners, clock=clock),
+            Paces(store.ledgers, listeners, clock=clock),
+        )
+
+
+def _summaries(parts: _Parts) -> Summaries:
+    """Summaries made one at a time per conversation, priced and paced."""
+    return Summaries(
+        store=parts.store,
+        stored=parts.stored,
+        counter=parts.counter,
+        summarizer_for=parts.summarizer_for,
+        settings=parts.settings.summarizer,
+        listeners=parts.listeners,
+        spending=parts.spending,
+        paces=parts.paces,
+    )
+
+
+def _recall(parts: _Parts) -> Recall:
+    """What compaction removed, kept for the model's recall tool."""
+    return Recall(
+        parts.settings.recall,
+        originals=parts.store.originals,
+        tenancy=parts.tenancy,
+        listeners=parts.listeners,
+        counter=parts.counter,
+        spending=parts.spending,
+    )
+
+
+def _rewriter(
+    parts: _Parts,
+    summaries: Summaries,
+    recall: Recall,
+    *,
+    background: BackgroundQueue,
+    review: PlanReview | None,
+) -> Rewriter:
+    """The decision of one request, with what it may do after the answer (a summary ahead of
+    time, the rescue of an overflow)."""
+    return Rewriter(
+        parts.settings,
+        tenancy=parts.tenancy,
+        counter=parts.counter,
+        conversations=parts.conversations,
+        stored=parts.stored,
+        summaries=summaries,
+        ahead=AheadOfTime(background=background, summaries=summaries, listeners=parts.listeners),
+        rescue=OverflowRescue(
+            stored=parts.stored,
+            summaries=summaries,
+            models=parts.models,
+            counter=parts.counter,
+            listeners=parts.listeners,
+        ),
+        models=parts.models,
+        review=review or NoReview(),
+        listeners=parts.listeners,
+        spending=parts.spending,
+        paces=parts.paces,
+        price=PriceTrigger(parts.settings, parts.prices, parts.counter, recall),
+        recall=recall,
+    )
+
+
+def _agents(parts: _Parts, agents: AgentWires) -> AgentCompaction:
+    """The agents' own compaction (docs/agent-compaction.md): a stage before the rewriter."""
+    return AgentCompaction(
+        parts.settings,
+        agents,
+        tenancy=parts.tenancy,
+        conversations=parts.conversations,
+        stored=parts.stored,
+        counter=parts.counter,
+        summarizer_for=parts.summarizer_for,
+        listeners=parts.listeners,
+    )

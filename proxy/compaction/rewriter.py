@@ -216,8 +216,6 @@ class Rewriter:
             self._tell_short(policy_name, *current.headroom_short)
         current = await self._review.before_send(conv, current)
         self._listeners.emit(decided(conv, current, outcome))
-        if self._paces is not None and policy.strategy == "summarize":
-            self._paces.seen(conv, current)
         session = None
         if self._recall is not None:  # stubs and the summary name what they stand for
             planned = current.tokens_after
@@ -242,7 +240,9 @@ class Rewriter:
         return Decision(
             body=sent,
             response_headers=added,
-            follow_up=self._follow_up(conv, current, messages, pending),
+            follow_up=self._follow_up(
+                conv, current, messages, pending, paced=policy.strategy == "summarize"
+            ),
             streaming=body.get("stream") is True,
             recall=session,
         )
@@ -267,9 +267,11 @@ class Rewriter:
         sent: Plan,
         messages: list[dict[str, Any]],
         pending: PendingSummary | None,
+        *,
+        paced: bool = False,
     ) -> PlannedFollowUp:
         """What is done with the answer to ``sent`` (usage, windows, the overflow rescue, the
-        summary queued after it)."""
+        summary queued after it; ``paced``: its pace sample)."""
         return PlannedFollowUp(
             conv,
             sent,
@@ -279,6 +281,7 @@ class Rewriter:
             rescue=self._rescue,
             pending=pending,
             spending=self._spending,
+            paced=paced and self._paces is not None,
         )
 
     async def _pace_if_needed(

@@ -32,6 +32,7 @@ from proxy.compaction.models.windows import ModelRow
 from proxy.core.text import well_formed
 from proxy.events import Listeners
 from proxy.proxying.events import RequestFinished
+from proxy.state.conversations import Store
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 # The proxy's own time: a pass-through takes well under a millisecond, an inline summary seconds.
@@ -334,3 +335,31 @@ def counter_family(name: str, documentation: str, value: float) -> CounterMetric
 
 def gauge_family(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
+
+
+def store_families(store: Store) -> Iterator[Metric]:
+    """The store's counters and health, read when /metrics is scraped."""
+    c = store.counters
+    yield counter_family("proxy_store_errors", "Store calls that failed or timed out.", c.errors)
+    yield counter_family(
+        "proxy_store_skipped", "Store calls skipped by the circuit breaker.", c.skipped
+    )
+    yield counter_family("proxy_store_loads", "Conversation state reads.", c.loads)
+    yield counter_family("proxy_store_hits", "Reads that found a record.", c.hits)
+    yield counter_family("proxy_store_writes", "Checkpoints written.", c.writes)
+    yield counter_family(
+        "proxy_store_write_conflicts", "Compare-and-set retries.", c.write_conflicts
+    )
+    yield counter_family(
+        "proxy_store_write_too_large",
+        "Checkpoints not stored: over store.max_record_bytes alone.",
+        c.write_too_large,
+    )
+    yield counter_family(
+        "proxy_store_owner_mismatches", "Records refused for a wrong owner.", c.owner_mismatches
+    )
+    yield gauge_family(
+        "proxy_store_degraded",
+        "1 while the store is degraded.",
+        float(store.state().state == "degraded"),
+    )

@@ -122,9 +122,7 @@ class Store:
         key = self.tenancy.record_key(tenant, conversation_id)
         touch = self._listing.on_read(tenant, key)
         try:
-            raw = await self._calls.call_or_fallback(
-                lambda b: b.get(key, ttl_ms=self._ttl_ms, touch=touch)
-            )
+            raw = await self._calls.get(key, ttl_ms=self._ttl_ms, touch=touch, or_fallback=True)
         except StoreError:
             raw = None
         record = self._owned(tenant, conversation_id, key, raw)
@@ -223,7 +221,7 @@ class Store:
     async def inspect(self, tenant: str, conversation_id: str) -> Record | None:
         """The record without refreshing its TTL; StoreError when the store cannot answer."""
         key = self.tenancy.record_key(tenant, conversation_id)
-        raw = await self._calls.call(lambda b: b.get(key))
+        raw = await self._calls.get(key)
         return self._owned(tenant, conversation_id, key, raw)
 
     async def delete(self, tenant: str, conversation_id: str) -> bool:

@@ -13,17 +13,14 @@ raises ``StoreError`` so an operator knows the store did not answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
 from proxy.errors import StoreError
-from proxy.state.owned import OwnedValues
+from proxy.state.owned import JsonObject, ObjectEdit, OwnedValues
 from proxy.state.store.base import Backend
 
 _WRITE_TIMEOUT_FACTOR = 4
 
-Entry = dict[str, Any]  # the ledger as its owner wrote it (a JSON object)
-Edit = Callable[[Entry | None], Entry]  # the stored entry (None: none yet) -> the new one
+Entry = JsonObject  # the ledger as its owner wrote it (a JSON object)
+Edit = ObjectEdit  # the stored entry (None: none yet) -> the new one
 
 
 class Ledgers(OwnedValues):
@@ -31,21 +28,13 @@ class Ledgers(OwnedValues):
 
     field = "ledger"
 
-    def _entry(self, key: str, owner: str, raw: bytes | None) -> Entry | None:
-        entry = self._open(key, owner, raw)
-        return dict(entry) if isinstance(entry, Mapping) else None
-
     async def update(self, tenant: str, conversation_id: str, edit: Edit) -> Entry | None:
         """Apply ``edit`` to the conversation's entry and store the result (compare-and-set);
         the entry as written, or None when it could not be written (never raises: the request
         path calls it, and a lost ledger entry costs an operator's view, never a request)."""
         key = self._tenancy.ledger_key(tenant, conversation_id)
         owner = self._tenancy.owner(tenant, conversation_id)
-
-        def step(raw: bytes | None) -> tuple[bytes, Entry | None]:
-            updated = edit(self._entry(key, owner, raw))
-            return self._seal(key, owner, updated), updated
-
+        step = self._object_step(key, owner, edit)
         write = self._changing(key, step, otherwise=None)
         try:
             return await self._calls.call_or_fallback(write, factor=_WRITE_TIMEOUT_FACTOR)
@@ -55,8 +44,8 @@ class Ledgers(OwnedValues):
     async def inspect(self, tenant: str, conversation_id: str) -> Entry | None:
         """The conversation's entry, or None; StoreError when the store cannot answer."""
         key = self._tenancy.ledger_key(tenant, conversation_id)
-        raw = await self._calls.call(lambda b: b.get(key))
-        return self._entry(key, self._tenancy.owner(tenant, conversation_id), raw)
+        raw = await self._calls.get(key)
+        return self._open_object(key, self._tenancy.owner(tenant, conversation_id), raw)
 
     async def forget(self, backend: Backend, tenant: str, conversation_id: str) -> bool:
         """Delete the entry from ``backend`` (the store's delete, primary and fallback)."""
@@ -70,6 +59,6 @@ class Ledgers(OwnedValues):
             return []
         values = await self._calls.call(lambda b: b.get_many(keys))
         return [
-            self._entry(key, self._tenancy.owner(tenant, cid), raw)
+            self._open_object(key, self._tenancy.owner(tenant, cid), raw)
             for key, cid, (raw, _ttl) in zip(keys, conversation_ids, values, strict=True)
         ]

@@ -89,7 +89,7 @@ class Originals(OwnedValues):
         was, evicted, expired, another conversation's), ``UNAVAILABLE`` when the store failed."""
         key = self._tenancy.originals_key(tenant, conversation_id)
         try:
-            raw = await self._calls.call(lambda b: b.get(key))
+            raw = await self._calls.get(key)
         except StoreError:
             return UNAVAILABLE
         return self._items(key, self._tenancy.owner(tenant, conversation_id), raw).get(handle)
@@ -98,7 +98,7 @@ class Originals(OwnedValues):
         """Every (handle, text) kept for the conversation, oldest first (the admin API's and the
         console's view); StoreError when the store cannot answer."""
         key = self._tenancy.originals_key(tenant, conversation_id)
-        raw = await self._calls.call(lambda b: b.get(key))
+        raw = await self._calls.get(key)
         items = self._items(key, self._tenancy.owner(tenant, conversation_id), raw)
         return list(items.items())
 

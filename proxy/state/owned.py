@@ -26,6 +26,9 @@ CAS_ATTEMPTS = 16
 T = TypeVar("T")
 # raw value (None: absent) -> (the sealed value to write, or None to write nothing; the result)
 Step = Callable[[bytes | None], tuple[bytes | None, T]]
+JsonObject = dict[str, Any]  # a value kept as one JSON object
+# the stored object (None: none yet, or unreadable) -> the one to store
+ObjectEdit = Callable[[JsonObject | None], JsonObject]
 
 
 def _loads(plain: bytes) -> Any:
@@ -64,11 +67,27 @@ class OwnedValues:
             return None
         return data.get(self.field)
 
+    def _open_object(self, key: str, owner: str, raw: bytes | None) -> JsonObject | None:
+        """The value as a JSON object; None when absent, unreadable, another owner's or not an
+        object."""
+        value = self._open(key, owner, raw)
+        return dict(value) if isinstance(value, Mapping) else None
+
     def _seal(self, key: str, owner: str, value: Any) -> bytes:
         # orjson through wirejson: a ledger carries the console's timeline (a few KB, written
         # after every answer), where the standard library's json costs ten times more.
         plain = wirejson.encode({"owner": owner, self.field: value})
         return self._sealer.seal(plain, context=key.encode())
+
+    def _object_step(self, key: str, owner: str, edit: ObjectEdit) -> Step[JsonObject]:
+        """The step of a value kept as one JSON object that ``edit`` changes (the edit is its
+        owner's: a pure function of the stored object, which this layer only runs)."""
+
+        def step(raw: bytes | None) -> tuple[bytes, JsonObject]:
+            updated = edit(self._open_object(key, owner, raw))
+            return self._seal(key, owner, updated), updated
+
+        return step
 
     def _changing(
         self, key: str, step: Step[T], *, otherwise: T

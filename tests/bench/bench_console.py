@@ -4,7 +4,7 @@ Run: ``.venv/bin/python -m tests.bench.bench_console [--conversations 10000]``.
 
 Starts its own redis-server (a free port, a temp dir, stopped by its pid), writes one tenant's
 conversations into it as the proxy stores them (a record of three checkpoints and a ledger entry
-with a full timeline, ``proxy.state.timeline.MAX_TURNS`` points, each), and a second tenant's 100
+with a full timeline, ``proxy.compaction.money.books.MAX_TURNS`` points, each), and a second tenant's 100
 as the baseline, then starts ``python -m proxy serve`` on that Redis, as its own process on
 127.0.0.1. A page's load is what the browser asks of the proxy for it, one request after the
 other on one kept-alive connection (the browser sends the files in parallel: this is the upper
@@ -36,13 +36,13 @@ from typing import Any
 import httpx
 import yaml
 
+from proxy.compaction.money.books import MAX_TURNS, Turn, with_turn
 from proxy.config.settings import Settings, parse_settings
 from proxy.core.checkpoints import Checkpoint
 from proxy.economics.ledger import Ledger
 from proxy.ops.console.pages import static_files
 from proxy.state.opening import open_store
 from proxy.state.tenancy import Tenancy, credential_from_headers
-from proxy.state.timeline import MAX_TURNS, Turn, with_turn
 from tests.support.config import ADMIN, TENANT_SECRET
 from tests.support.processes import Server
 from tests.support.redis_server import RedisServer, redis_available

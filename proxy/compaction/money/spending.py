@@ -1,13 +1,14 @@
-"""What each answered request and each summary cost: priced, added to the conversation's ledger,
-told as events (docs/cost.md).
+"""The one writer of a conversation's books after each answer and each summary: priced, added
+to its ledger entry, told as events (docs/cost.md).
 
 After an answer the follow-up hands over the usage the provider reported (``BilledUsage``,
-cached tokens included); this prices it at the conversation's model (``PriceTable``), weighs it
-against the counterfactual of sending the client's full history direct, and updates the
-conversation's ledger in the store (``proxy.state.ledgers``: one compare-and-set per request).
-The write runs as a task after the answer has been relayed: the client never waits for it, and a
-store failure loses a ledger entry, never a request. ``RequestPriced`` and ``SummaryPriced`` tell
-the metrics.
+cached tokens included) and, for a planned request, its pace sample; this prices the usage at
+the conversation's model (``PriceTable``), weighs it against the counterfactual of sending the
+client's full history direct, and changes the conversation's entry in the store once
+(``proxy.state.ledgers``: one compare-and-set per answer; what the change does to the ledger,
+the timeline and the pace is ``proxy.compaction.money.books``'). The write runs as a task after
+the answer has been relayed: the client never waits for it, and a store failure loses an entry,
+never a request. ``RequestPriced`` and ``SummaryPriced`` tell the metrics.
 
 The counterfactual's full history is the plan's ``tokens_before`` in the provider's tokens: the
 proxy counted what it sent (``tokens_after``) and the provider billed ``usage.prompt`` for it,
@@ -21,24 +22,30 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, get_args
 
 from proxy.compaction import protocol
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import RequestPriced, SummaryPriced
+from proxy.compaction.money.books import (
+    Answered,
+    PaceSample,
+    Priced,
+    Turn,
+    ledger_of,
+    summary_added,
+)
 from proxy.compaction.money.pending import PendingWrites
 from proxy.core.plan import Plan
-from proxy.economics.ledger import Ledger, add_request, add_summary
 from proxy.economics.prices import Price, PriceTable
 from proxy.economics.usage import BilledUsage, Wire, billed_usage
 from proxy.errors import StoreError
 from proxy.events import Listeners
 from proxy.state.ledgers import Entry, Ledgers
-from proxy.state.timeline import Turn, with_turn
 
 logger = logging.getLogger("proxy.compaction")
 
-CACHE_TTL_SECONDS = 300.0  # Anthropic's default cache life; OpenAI's lasts 5-10 minutes idle
 _WIRES = frozenset(get_args(Wire))
 
 
@@ -52,18 +59,6 @@ def full_history_tokens(sent: Plan, usage: BilledUsage) -> int:
     if sent.tokens_after <= 0 or sent.tokens_before <= sent.tokens_after:
         return usage.prompt  # nothing removed: the direct run sent the same prompt
     return round(usage.prompt * sent.tokens_before / sent.tokens_after)
-
-
-def ledger_of(entry: Entry | None) -> tuple[Ledger, float | None]:
-    """The stored ledger and when it last saw a request (None: never, or unreadable)."""
-    if entry is None:
-        return Ledger(), None
-    try:
-        ledger = Ledger.from_dict(entry)
-    except ValueError:
-        return Ledger(), None
-    at = entry.get("at")
-    return ledger, float(at) if isinstance(at, int | float) else None
 
 
 def ledger_view(entry: Entry | None) -> dict[str, Any] | None:
@@ -114,23 +109,25 @@ class Spending:
         """``model``'s prices (the ``pricing:`` entries, then the built-in table)."""
         return self._prices.price(model)
 
-    def answered(self, conv: Conversation, sent: Plan, usage: BilledUsage) -> None:
-        """Price one answered request (``sent``: the plan its body was rendered from) and
-        record it; must not block (called as the answer ends)."""
-        price = self._prices.price(conv.model)
-        full = full_history_tokens(sent, usage)
+    def answered(
+        self,
+        conv: Conversation,
+        sent: Plan,
+        usage: BilledUsage | None,
+        *,
+        pace: PaceSample | None = None,
+    ) -> None:
+        """Record one answered request (``sent``: the plan its body was rendered from): its
+        price and timeline point when the provider reported ``usage``, its ``pace`` sample when
+        it was planned; one write of the entry, never waited (called as the answer ends)."""
         now = self._clock()
-        before_after: list[Ledger] = []
-
-        def edit(entry: Entry | None) -> Entry:
-            ledger, at = ledger_of(entry)
-            warm = at is not None and 0 <= now - at < CACHE_TTL_SECONDS
-            updated = add_request(ledger, usage, price, full_prompt_tokens=full, warm=warm)
-            before_after[:] = [ledger, updated]
-            # Other keys beside the ledger (the pace, proxy.compaction.money.pace) stay as they are;
-            # the console's timeline (proxy.state.timeline) gets this request's point.
-            return with_turn(
-                {**(entry or {}), **updated.to_dict(), "at": now, "model": conv.model},
+        priced = None
+        if usage is not None:
+            priced = Priced(
+                usage,
+                self._prices.price(conv.model),
+                full_history_tokens(sent, usage),
+                conv.model,
                 Turn(
                     at=now,
                     messages=len(sent.source),
@@ -141,40 +138,37 @@ class Spending:
                     checkpoint=sent.applied_checkpoint if sent.changed else None,
                 ),
             )
+        elif pace is None:
+            return
+        self._writes.start(partial(self._write, conv, Answered(now, priced, pace)))
 
-        async def record() -> None:
-            if await self._ledgers.update(conv.tenant, conv.conversation_id, edit) is None:
-                edit(None)  # not stored: still counted, as a first request (cold cache)
-            ledger, updated = before_after
-            self._listeners.emit(
-                RequestPriced(
-                    policy=conv.policy_name,
-                    priced=price.priced,
-                    spent=updated.spent - ledger.spent,
-                    direct=updated.counterfactual - ledger.counterfactual,
-                    prompt_tokens=usage.prompt,
-                    cached_tokens=usage.cached_read,
-                    cache_write_tokens=usage.cache_write,
-                    output_tokens=usage.output,
-                )
+    async def _write(self, conv: Conversation, edit: Answered) -> None:
+        if await self._ledgers.update(conv.tenant, conv.conversation_id, edit) is None:
+            edit(None)  # not stored: still counted, as a first request (cold cache)
+        priced = edit.priced
+        if priced is None:
+            return
+        usage, before, after = priced.usage, edit.before, edit.after
+        self._listeners.emit(
+            RequestPriced(
+                policy=conv.policy_name,
+                priced=priced.price.priced,
+                spent=after.spent - before.spent,
+                direct=after.counterfactual - before.counterfactual,
+                prompt_tokens=usage.prompt,
+                cached_tokens=usage.cached_read,
+                cache_write_tokens=usage.cache_write,
+                output_tokens=usage.output,
             )
-
-        self._writes.start(record)
+        )
 
     def summary_made(self, conv: Conversation, model: str, usage: BilledUsage) -> None:
         """Price one summary (``usage``: all its calls) at ``model``'s price and add it to the
         conversation's ledger."""
         price = self._prices.price(model)
         self._listeners.emit(SummaryPriced(conv.policy_name, price.cost(usage)))
-
-        def edit(entry: Entry | None) -> Entry:
-            ledger, _ = ledger_of(entry)
-            return {**(entry or {}), **add_summary(ledger, usage, price).to_dict()}
-
-        async def record() -> None:
-            await self._ledgers.update(conv.tenant, conv.conversation_id, edit)
-
-        self._writes.start(record)
+        edit = partial(summary_added, usage=usage, price=price)
+        self._writes.start(partial(self._ledgers.update, conv.tenant, conv.conversation_id, edit))
 
     async def join(self) -> None:
         """Wait for the ledger writes under way (tests and shutdown)."""

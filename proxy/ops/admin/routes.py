@@ -12,7 +12,7 @@ store, ``corrections``, ``compacting``) and answers (``responses``); nothing els
   kept from its first answered request on, summarized or not (apart from the checkpoints, whose
   view a request must not change).
 - ``GET /admin/conversations/{id}/timeline``: its last answered requests, one point each
-  (``proxy.state.timeline``), for the console.
+  (``proxy.compaction.money.books``), for the console.
 - ``GET /admin/conversations/{id}/originals``: what compaction removed and the proxy keeps for
   recall, oldest first, by handle; 404 when nothing is kept.
 - ``GET /admin/conversations/{id}/checkpoints/{cid}``: one checkpoint.
@@ -37,6 +37,7 @@ from starlette.routing import BaseRoute, Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.compaction.compactor import Compactor
+from proxy.compaction.money import books
 from proxy.compaction.money.spending import ledger_view
 from proxy.config.ops import AdminSettings
 from proxy.config.sections import SummarizerSettings
@@ -51,7 +52,6 @@ from proxy.ops.admin.compacting import AdminCompaction
 from proxy.ops.admin.corrections import Corrections
 from proxy.ops.admin.responses import AdminJSON, describe_info, error_response
 from proxy.ops.console.pages import console_routes
-from proxy.state import timeline
 from proxy.state.conversations import Store
 from proxy.state.tenancy import Tenancy, validate_conversation_id
 
@@ -161,12 +161,12 @@ def admin_routes(
 
     async def show_timeline(request: Request, tenant: str) -> Response:
         cid = _conversation_id(request)
-        turns = timeline.turns_of(await store.ledgers.inspect(tenant, cid))
+        turns = books.turns_of(await store.ledgers.inspect(tenant, cid))
         return AdminJSON(
             {
                 "conversation_id": cid,
                 "turns": [turn.view() for turn in turns],
-                "max_turns": timeline.MAX_TURNS,
+                "max_turns": books.MAX_TURNS,
             }
         )
 

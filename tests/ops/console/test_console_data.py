@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.compaction.money import books
 from proxy.ops.console.pages import static_files
-from proxy.state import timeline
 from tests.ops.console.scene import (
     OTHER_KEY,
     TOOL_OUTPUT,
@@ -84,7 +84,7 @@ def test_the_timeline_is_one_point_per_answered_request_as_planned_and_billed(
     billed = [
         r for r in mock.chat_requests() if r.json()["model"] != "mock-summarizer"
     ]  # the conversation's own requests, in order
-    assert shown["max_turns"] == timeline.MAX_TURNS
+    assert shown["max_turns"] == books.MAX_TURNS
     assert (
         len(turns)
         == len(billed)
@@ -113,7 +113,7 @@ def test_the_timeline_is_one_point_per_answered_request_as_planned_and_billed(
 def test_the_timeline_keeps_the_newest_points_and_goes_with_the_conversation(
     server: ThreadedUvicorn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(timeline, "MAX_TURNS", 4)
+    monkeypatch.setattr(books, "MAX_TURNS", 4)
     talk(server, "conv-a", 5)
     turns = admin_get(server, "/conversations/conv-a/timeline").json()["turns"]
     ledger = admin_get(server, "/conversations/conv-a/ledger").json()["ledger"]

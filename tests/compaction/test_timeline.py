@@ -1,8 +1,8 @@
-"""A conversation's timeline as its ledger entry keeps it: bounded, and read defensively."""
+"""A conversation's timeline as its ledger entry keeps it (proxy.compaction.money.books): bounded, and read defensively."""
 
 from __future__ import annotations
 
-from proxy.state.timeline import MAX_TURNS, TURNS_KEY, Turn, turns_of, with_turn
+from proxy.compaction.money.books import MAX_TURNS, TURNS_KEY, Turn, turns_of, with_turn
 
 
 def turn(n: int, checkpoint: str | None = None) -> Turn:
