@@ -102,7 +102,7 @@ class Compactor:
     async def decide(self, incoming: Incoming) -> Decision:
         """What to send for one request, and what to do after its answer (the route's one
         call). Raises ProxyError (a 4xx) for a request no provider should see."""
-        if self._agents is not None:
+        if self._agents is not None and incoming.dialect.name in self._agents.routes:
             answered, incoming = await self._agents.first(incoming)
             if answered is not None:
                 return answered

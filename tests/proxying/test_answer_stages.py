@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import pytest
+
 from proxy import wirejson
 from proxy.compaction.decision import AnswerStages, Decision, Incoming
 from proxy.config.settings import parse_settings
@@ -77,9 +79,16 @@ def test_a_plain_request_builds_no_native_or_recall_stage(tiktoken_files: object
     assert decide("", body).stages == ()
 
 
-def test_a_plain_request_enters_none_of_the_stages_modules(tiktoken_files: object) -> None:
+@pytest.fixture(scope="module")
+def plain_trace(tiktoken_cache_dir: object) -> set[str]:
+    """The proxy's modules a plain chat completion (a conversation id, no summary due) enters."""
     with ThreadedUvicorn(MockUpstream()) as provider:
         found = asyncio.run(trace(provider.url, REPO))
+    assert "proxy/proxying/forward.py" in found.entered  # the request was traced
+    return found.entered
+
+
+def test_a_plain_request_enters_none_of_the_stages_modules(plain_trace: set[str]) -> None:
     stages = (
         "proxy/proxying/native_retry.py",
         "proxy/proxying/overflow.py",
@@ -87,9 +96,23 @@ def test_a_plain_request_enters_none_of_the_stages_modules(tiktoken_files: objec
         "proxy/compaction/native/",
         "proxy/compaction/recall/",
     )
-    entered = sorted(m for m in found.entered if m.startswith(stages))
-    assert entered == []
-    assert "proxy/proxying/forward.py" in found.entered  # the request was traced
+    assert sorted(m for m in plain_trace if m.startswith(stages)) == []
+
+
+def test_a_plain_request_enters_nothing_it_does_not_ask_for(plain_trace: set[str]) -> None:
+    unasked = (
+        "proxy/compaction/summaries/focus.py",  # no X-Compaction-Focus
+        "proxy/compaction/summaries/pinning.py",  # no X-Compaction-Checkpoint
+        "proxy/compaction/money/paying.py",  # a prompt the price trigger does not weigh
+        "proxy/compaction/agents/",  # a route no agent compacts on
+        "proxy/compaction/offload.py",  # a small body
+        "proxy/core/pins.py",  # nothing pinned
+        "proxy/core/clearing.py",  # no clear_tool_results
+        "proxy/core/headroom.py",  # no summary near
+        "proxy/ops/hooks.py",  # no before_send hook
+        "proxy/proxying/resend.py",  # no summary asked of the provider
+    )
+    assert sorted(m for m in plain_trace if m.startswith(unasked)) == []
 
 
 def test_the_recall_stage_is_built_when_the_plan_sends_stubs(tiktoken_files: object) -> None:
