@@ -159,7 +159,7 @@ def _compactor(
         calibration=proxy.calibration,
         listeners=listeners,
         clock=clock,
-        review=proxy.hooks,
+        review=proxy.hooks.review,
         tenancy=tenancy,
         prices=PriceTable(settings.pricing),
         # The agents' own compaction (docs/agent-compaction.md).

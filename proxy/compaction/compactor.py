@@ -30,9 +30,10 @@ from proxy.compaction.money.pace import Paces
 from proxy.compaction.money.paying import PriceTrigger
 from proxy.compaction.money.spending import Spending
 from proxy.compaction.planning import plan_with
+from proxy.compaction.reading import Reader
 from proxy.compaction.recall.tool import Recall
 from proxy.compaction.rescue import OverflowRescue
-from proxy.compaction.review import NoReview, PlanReview
+from proxy.compaction.review import PlanReview
 from proxy.compaction.rewriter import Rewriter
 from proxy.compaction.settings import CompactionSettings
 from proxy.compaction.summaries.ahead import AheadOfTime
@@ -101,7 +102,7 @@ class Compactor:
     async def decide(self, incoming: Incoming) -> Decision:
         """What to send for one request, and what to do after its answer (the route's one
         call). Raises ProxyError (a 4xx) for a request no provider should see."""
-        if self._agents is not None:
+        if self._agents is not None and incoming.dialect.name in self._agents.routes:
             answered, incoming = await self._agents.first(incoming)
             if answered is not None:
                 return answered
@@ -254,10 +255,15 @@ def _rewriter(
     time, the rescue of an overflow)."""
     return Rewriter(
         parts.settings,
-        tenancy=parts.tenancy,
+        reader=Reader(
+            parts.settings,
+            tenancy=parts.tenancy,
+            counter=parts.counter,
+            conversations=parts.conversations,
+            stored=parts.stored,
+            models=parts.models,
+        ),
         counter=parts.counter,
-        conversations=parts.conversations,
-        stored=parts.stored,
         summaries=summaries,
         ahead=AheadOfTime(background=background, summaries=summaries, listeners=parts.listeners),
         rescue=OverflowRescue(
@@ -268,11 +274,12 @@ def _rewriter(
             listeners=parts.listeners,
         ),
         models=parts.models,
-        review=review or NoReview(),
+        review=review,
         listeners=parts.listeners,
         spending=parts.spending,
         paces=parts.paces,
         price=PriceTrigger(parts.settings, parts.prices, parts.counter, recall),
+        prices=parts.prices,
         recall=recall,
     )
 

@@ -73,6 +73,16 @@ def must_summarize_now(conv: Conversation, current: Plan) -> bool:
     return window is not None and current.tokens_after > window
 
 
+def may_pay(conv: Conversation, current: Plan) -> bool:
+    """Whether the price trigger may change this plan, by the plan alone: a summarizing policy
+    under ``pays``, and a prompt of ``pays_from_tokens`` or more or a trigger fired (a tool
+    trigger is weighed at any size). ``PriceTrigger.looks_at`` decides the rest (the price)."""
+    policy = conv.policy
+    trigger = policy.trigger
+    large = current.tokens_after >= trigger.pays_from_tokens
+    return policy.strategy == "summarize" and trigger.pays and (large or bool(current.fired))
+
+
 def outcome_of(current: Plan, *, pending: bool) -> str:
     """What X-Compaction says when nothing failed: ``skipped`` only when nothing was due
     (``pending``: a summary is queued for after the answer)."""

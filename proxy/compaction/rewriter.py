@@ -15,24 +15,22 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy import tracing
 from proxy.compaction import protocol
-from proxy.compaction.conversation import Conversation, Conversations
-from proxy.compaction.decision import Decision, Incoming
-from proxy.compaction.dialect.native import NATIVE, planned_policy
-from proxy.compaction.dialect.translation import Neutral, Translator
+from proxy.compaction.conversation import Conversation
+from proxy.compaction.decision import AnswerStage, Decision, Incoming
+from proxy.compaction.dialect.native import NATIVE, NativeAdapter, planned_policy
 from proxy.compaction.follow_up import PlannedFollowUp
 from proxy.compaction.models.model_info import ModelInfos
 from proxy.compaction.money.pace import Pace, Paces, due
 from proxy.compaction.money.paying import PriceTrigger
 from proxy.compaction.money.spending import Spending
 from proxy.compaction.native.calls import NativeCalls, NativeRequest, unchanged
-from proxy.compaction.offload import is_heavy, work
-from proxy.compaction.planning import must_summarize_now, outcome_of, plan_with
-from proxy.compaction.policies import choose_policy
-from proxy.compaction.recall.tool import Recall
+from proxy.compaction.planning import may_pay, must_summarize_now, outcome_of, plan_with
+from proxy.compaction.reading import Asked, Planned, Reader, cpu
+from proxy.compaction.recall.tool import Recall, RecallSession
 from proxy.compaction.render import OFF, decided, render
 from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.review import PlanReview
@@ -41,17 +39,15 @@ from proxy.compaction.summaries.ahead import AheadOfTime, PendingSummary
 from proxy.compaction.summaries.focus import asked_focus
 from proxy.compaction.summaries.making import Summaries
 from proxy.compaction.summaries.prefix_summary import PrefixSource
-from proxy.compaction.summaries.stored import StoredCheckpoints
-from proxy.core.checkpoints import Checkpoint, Record
-from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
-from proxy.errors import PayloadTooLarge, SummarizerError
+from proxy.economics.prices import PriceTable
+from proxy.errors import SummarizerError
 from proxy.events import Listeners
-from proxy.state.tenancy import Tenancy, credential_from_headers, resolve_conversation_id
 from proxy.types import HeaderView, RawHeaders
 
 logger = logging.getLogger("proxy.compaction")
+T = TypeVar("T")
 
 
 class Rewriter:
@@ -61,35 +57,33 @@ class Rewriter:
         self,
         settings: CompactionSettings,
         *,
-        tenancy: Tenancy,
+        reader: Reader,
         counter: TokenCounter,
-        conversations: Conversations,
-        stored: StoredCheckpoints,
         summaries: Summaries,
         ahead: AheadOfTime,
         rescue: OverflowRescue,
         models: ModelInfos,
-        review: PlanReview,
+        review: PlanReview | None,
         listeners: Listeners,
         spending: Spending | None = None,
         paces: Paces | None = None,
         price: PriceTrigger | None = None,
+        prices: PriceTable | None = None,
         recall: Recall | None = None,
     ) -> None:
         self._settings = settings
-        self._tenancy = tenancy
+        self._reader = reader  # parses and plans
         self._counter = counter
-        self._conversations = conversations
-        self._stored = stored
         self._summaries = summaries
         self._ahead = ahead
         self._rescue = rescue
         self._models = models
-        self._review = review
+        self._review = review  # None: no before_send hook looks at plans
         self._listeners = listeners
         self._spending = spending
         self._paces = paces
         self._price = price
+        self._prices = prices
         # strategy: native: the provider's own context management.
         self._natives = NativeCalls(models=models, listeners=listeners, spending=spending)
         self._recall = recall
@@ -103,163 +97,183 @@ class Rewriter:
         return None if untouched is None else self._off(untouched.policy)
 
     async def decide(self, incoming: Incoming) -> Decision:
-        focus = asked_focus(incoming.headers)  # a bad one is a 400 before anything is read
-        decided_headers = self.decided_by_headers(incoming.headers)
+        headers = incoming.headers
+        # A bad focus is a 400 before anything is read.
+        focus = asked_focus(headers) if protocol.FOCUS in headers else None
+        decided_headers = self.decided_by_headers(headers)
         if decided_headers is not None:
             body = None if incoming.streamable else await incoming.body.read()
             return Decision(body=body, response_headers=decided_headers)
         raw = await incoming.body.read()
         # Each message's key is computed once per request; later looks find it by identity.
         with self._counter.facts.request() as facts:
-            return await self._decide(incoming, raw, facts, focus)
+            asked = await self._reader.read(incoming, raw, facts, focus)
+            policy = asked.policy
+            if policy.strategy == "off":  # chosen by a route
+                return self._untouched(raw, asked.policy_name)
+            if policy.strategy == NATIVE:
+                adapter = self._natives.adapter(incoming.dialect, policy, asked.model, asked.tenant)
+                if adapter is not None:
+                    return await self._native(asked, adapter)
+                # The provider offers none: the policy's fallback runs, and the answer says so.
+                fallback = planned_policy(policy, native=False)
+                asked = replace(asked, policy=fallback, fell_back=True)
+            planned = await self._reader.plan(asked)
+            if planned is None:
+                return self._untouched(raw, asked.policy_name)
+            return await self._compacted(asked, planned)
 
-    async def _decide(
-        self, incoming: Incoming, raw: bytes, facts: FactLookup, focus: str | None
-    ) -> Decision:
-        headers, dialect = incoming.headers, incoming.dialect
-        conversation = self._settings.conversation
-        tenant = self._tenancy.tenant(credential_from_headers(headers.values, conversation))
-        # Parsing, validation, planning and encoding are pure CPU: for a big body they run in a
-        # worker thread so that other clients' requests are not held up meanwhile.
-        heavy = is_heavy(raw)
-        body = await work(heavy, dialect.parse, raw)
-        model = body.get("model") or ""
-        policy_name, policy = choose_policy(self._settings, headers, model=model, tenant=tenant)
-        tracing.request_model(model)
-        if policy.strategy == "off":  # chosen by a route
-            return self._untouched(raw, policy_name)
-        native_adapter = self._natives.adapter(dialect, policy, model, tenant)
-        fell_back = policy.strategy == NATIVE and native_adapter is None
-        if policy.strategy == NATIVE:
-            policy = planned_policy(policy, native=native_adapter is not None)
-        native = None
-        if native_adapter is not None:
-            native = NativeRequest(
-                native_adapter,
-                dialect.name,
-                model,
-                tenant,
-                policy_name,
-                policy,
-                headers,
-                body,
-                raw,
-                streaming=body.get("stream") is True,
-            )
-        neutral = await work(heavy, self._neutral_of, dialect, body, facts)
-        if neutral is None:  # the provider holds this history (e.g. previous_response_id)
-            if native is not None:  # compacted by the provider all the same
-                return self._natives.decision(native)
-            return self._untouched(raw, policy_name)
-        messages = neutral.messages
-        conversation_id = resolve_conversation_id(
-            headers.values, messages, tenant=tenant, tenancy=self._tenancy, settings=conversation
+    async def _native(self, asked: Asked, adapter: NativeAdapter) -> Decision:
+        """The request as the client sent it plus the provider's context management; the plan
+        only counts it and, with ``shadow_summary``, asks for the summary never sent."""
+        policy = planned_policy(asked.policy, native=True)
+        incoming = asked.incoming
+        native = NativeRequest(
+            adapter,
+            incoming.dialect.name,
+            asked.model,
+            asked.tenant,
+            asked.policy_name,
+            policy,
+            incoming.headers,
+            asked.body,
+            asked.raw,
+            streaming=asked.body.get("stream") is True,
+            stages=incoming.stages,
         )
-        if conversation_id is None:
-            return self._natives.decision(native) if native else self._untouched(raw, policy_name)
-        # The caller's key, where the route says it is valid (an Anthropic key never goes to
-        # the OpenAI upstream's /models, nor to its summarizer).
-        credentials = incoming.credentials
-        self._models.windows.want(model, credentials, policy)  # never waits
-        conv = await work(  # strips incoming summaries: a pass over every message
-            heavy,
-            partial(
-                self._conversations.build,
-                tenant,
-                conversation_id,
-                body,
-                neutral,
-                policy_name,
-                policy,
-                credentials=credentials,
-                raw=raw,
-                heavy=heavy,
-                dialect=dialect,
-                facts=facts,
-            ),
-        )
-        if focus is not None:
-            conv = replace(conv, focus=focus)
-        record = await self._stored.record(conv)
-        pinned = protocol.pinned_checkpoint(headers)
-        checkpoint, current = await work(heavy, self._plan_applying, conv, record, pinned)
-        # Native: the provider compacts; the plan only counts (and may shadow): no price trigger.
-        priced = pinned is None and native is None
-        pace = await self._pace_if_needed(conv, current, priced=priced)
-        if priced and self._price is not None and self._paces is not None:
-            now = self._paces.clock()
-            current = await work(heavy, self._price.decide, conv, current, checkpoint, pace, now)
-        outcome = None
-        wanted = current.summary_request
-        inline = native is None and must_summarize_now(conv, current)
-        if wanted is not None and current.fired and inline:
-            try:
-                made = await self._summaries.summarize_now(
-                    conv, wanted, current.applied_checkpoint, mode="inline"
-                )
-                current = await work(heavy, partial(plan_with, conv, made, counter=self._counter))
-            except SummarizerError as exc:
-                logger.warning("inline summary failed, forwarding the best state: %s", exc.message)
-                outcome = "failed"
-            wanted = current.summary_request
+        planned = await self._reader.plan(replace(asked, policy=policy))
+        if planned is None:  # compacted by the provider all the same
+            return self._natives.decision(native)
+        conv, current = planned.conv, planned.current
+        pace = await self._pace_if_needed(conv, current, priced=False)
         pending = None
-        ahead = wanted is not None and current.near and policy.mode == "ahead"
-        if native is not None:  # only a shadow summary, stored and never sent
-            ahead = wanted is not None and current.near and policy.native.shadow_summary
-        if ahead and wanted is not None and self._ahead_due(conv, current, pace):
-            fired = bool(current.fired)
-            pending = self._ahead.pending(conv, wanted, current.applied_checkpoint, fired=fired)
-        if native is not None:
-            return self._native_decision(native, conv, current, messages, pending)
-        outcome = outcome or outcome_of(current, pending=pending is not None)
+        if policy.native.shadow_summary:  # only a shadow summary, stored and never sent
+            pending = self._pending(conv, current, pace)
+        sent = unchanged(current)
+        follow_up = self._follow_up(conv, sent, planned.messages, pending)
+        return self._natives.decision(native, conv=conv, current=sent, inner=follow_up)
+
+    async def _compacted(self, asked: Asked, planned: Planned) -> Decision:
+        """The proxy's own compaction: the plan (priced, summarized inline when it must, a
+        summary queued for after the answer, reviewed), rendered."""
+        conv, current, heavy = planned.conv, planned.current, asked.heavy
+        current, pace = await self._priced(conv, current, planned, heavy)
+        current, failed = await self._inline(conv, current, heavy)
+        pending = None
+        if conv.policy.mode == "ahead":
+            pending = self._pending(conv, current, pace)
+        outcome = "failed" if failed else outcome_of(current, pending=pending is not None)
         if current.headroom_short is not None:
-            self._tell_short(policy_name, *current.headroom_short)
-        current = await self._review.before_send(conv, current)
+            self._tell_short(asked.policy_name, *current.headroom_short)
+        if self._review is not None:
+            current = await self._review.before_send(conv, current)
         self._listeners.emit(decided(conv, current, outcome))
         session = None
-        if self._recall is not None:  # stubs and the summary name what they stand for
-            planned = current.tokens_after
-            current, session = await self._recall.prepare(conv, current)
-            if current.tokens_after != planned and tracing.is_on():  # no span: an attribute
-                tracing.annotate({"compaction.recall.notes_tokens": current.tokens_after - planned})
+        if self._recall is not None and (current.cleared or current.summary_text):
+            current, session = await self._recalled(conv, current)
         offer = session.with_tool if session is not None else None
-        sent, added = await work(
-            heavy, partial(render, conv, current, messages, outcome, offer=offer)
+        sent, added = await cpu(
+            heavy, partial(render, conv, current, planned.messages, outcome, offer=offer)
         )
-        if policy.ledger_header and self._spending is not None:
-            ledger = await self._spending.header(conv)
-            added = added if ledger is None else [*added, ledger]
-        if pending is not None and incoming.call is not None:
+        added = [*added, *await self._warnings(conv, asked)]
+        call = asked.incoming.call
+        if pending is not None and call is not None:
             # The summary asked on the prompt the provider is about to cache, so the summary call
             # reads it from the cache too.
-            pending = replace(pending, prefix=PrefixSource(sent, dialect, incoming.call))
-        if self._price is not None and self._price.cannot_price(conv):
-            added = [*added, protocol.unpriced_warning(self._price.reference)]
-        if fell_back:  # native asked for where the provider offers none: which strategy ran
-            added = [*added, (protocol.STRATEGY_BYTES, policy.strategy.encode())]
+            pending = replace(pending, prefix=PrefixSource(sent, asked.incoming.dialect, call))
+        paced = conv.policy.strategy == "summarize"  # its growth is a sample of the pace
+        follow_up = self._follow_up(conv, current, planned.messages, pending, paced=paced)
         return Decision(
             body=sent,
             response_headers=added,
-            follow_up=self._follow_up(
-                conv, current, messages, pending, paced=policy.strategy == "summarize"
-            ),
-            streaming=body.get("stream") is True,
-            recall=session,
+            follow_up=follow_up,
+            streaming=asked.body.get("stream") is True,
+            stages=self._stages(asked.incoming, follow_up, session),
         )
 
-    def _native_decision(
-        self,
-        native: NativeRequest,
-        conv: Conversation,
-        current: Plan,
-        messages: list[dict[str, Any]],
-        pending: PendingSummary | None,
-    ) -> Decision:
-        """The request as the client sent it plus the provider's context management; the plan
-        only counts it and, with ``shadow_summary``, asks for the summary never sent."""
-        sent = unchanged(current)
-        follow_up = self._follow_up(conv, sent, messages, pending)
-        return self._natives.decision(native, conv=conv, current=sent, inner=follow_up)
+    def _stages(
+        self, incoming: Incoming, follow_up: PlannedFollowUp, session: RecallSession | None
+    ) -> tuple[AnswerStage, ...]:
+        """What the route does with the answer: rescue an overflow (any prompt may overflow; the
+        stage looks only at the answers that can say so), and answer the model's recall calls
+        when the request went out with the tool."""
+        stages = incoming.stages
+        if stages is None:
+            return ()
+        if session is None:
+            return (stages.rescue(follow_up),)
+        return (stages.rescue(follow_up), stages.recall(session))
+
+    async def _priced(
+        self, conv: Conversation, current: Plan, planned: Planned, heavy: bool
+    ) -> tuple[Plan, Pace | None]:
+        """The plan the price trigger sends (``proxy.compaction.money.paying``), and the
+        conversation's pace when the trigger or ahead mode looks at it. A pinned request is
+        read-only: never priced."""
+        priced = planned.pinned is None and self._price is not None and may_pay(conv, current)
+        pace = await self._pace_if_needed(conv, current, priced=priced)
+        if priced and self._price is not None and self._paces is not None:
+            now = self._paces.clock()
+            check = partial(self._price.decide, conv, current, planned.checkpoint, pace, now)
+            current = await cpu(heavy, check)
+        return current, pace
+
+    async def _inline(self, conv: Conversation, current: Plan, heavy: bool) -> tuple[Plan, bool]:
+        """The plan with the summary made now when it must be (True: it failed, and the best
+        state available is sent)."""
+        wanted = current.summary_request
+        if wanted is None or not current.fired or not must_summarize_now(conv, current):
+            return current, False
+        try:
+            made = await self._summaries.summarize_now(
+                conv, wanted, current.applied_checkpoint, mode="inline"
+            )
+        except SummarizerError as exc:
+            logger.warning("inline summary failed, forwarding the best state: %s", exc.message)
+            return current, True
+        return await cpu(heavy, partial(plan_with, conv, made, counter=self._counter)), False
+
+    def _pending(
+        self, conv: Conversation, current: Plan, pace: Pace | None
+    ) -> PendingSummary | None:
+        """The summary a near trigger asks for, made after this answer when the conversation's
+        growth reaches the trigger within ``ahead_turns`` (``proxy.compaction.money.pace``)."""
+        wanted = current.summary_request
+        if wanted is None or not current.near:
+            return None
+        if not current.fired and self._paces is not None and not due(conv, current, pace):
+            return None
+        fired = bool(current.fired)
+        return self._ahead.pending(conv, wanted, current.applied_checkpoint, fired=fired)
+
+    async def _recalled(
+        self, conv: Conversation, current: Plan
+    ) -> tuple[Plan, RecallSession | None]:
+        """The plan whose stubs and summary name what they stand for, and the recall session
+        of a request that gets the tool."""
+        assert self._recall is not None
+        planned = current.tokens_after
+        current, session = await self._recall.prepare(conv, current)
+        if current.tokens_after != planned and tracing.is_on():  # no span: an attribute
+            tracing.annotate({"compaction.recall.notes_tokens": current.tokens_after - planned})
+        return current, session
+
+    async def _warnings(self, conv: Conversation, asked: Asked) -> RawHeaders:
+        """The headers the answer gains besides the plan's: the conversation's ledger, a model
+        the price trigger cannot price, the strategy that ran in native's place."""
+        added: RawHeaders = []
+        policy = conv.policy
+        if policy.ledger_header and self._spending is not None:
+            ledger = await self._spending.header(conv)
+            added = added if ledger is None else [*added, ledger]
+        prices = self._prices
+        pays = policy.strategy == "summarize" and policy.trigger.pays
+        if pays and prices is not None and not prices.price(conv.model).priced:
+            # The decision assumes the reference prices, or leaves it to the token thresholds.
+            added = [*added, protocol.unpriced_warning(prices.reference)]
+        if asked.fell_back:
+            added = [*added, (protocol.STRATEGY_BYTES, policy.strategy.encode())]
+        return added
 
     def _follow_up(
         self,
@@ -294,43 +308,6 @@ class Rewriter:
         looks = priced and self._price is not None and self._price.looks_at(conv, current)
         ahead = conv.policy.mode == "ahead" and current.near and not current.fired
         return await self._paces.read(conv) if looks or ahead else None
-
-    def _ahead_due(self, conv: Conversation, current: Plan, pace: Pace | None) -> bool:
-        """Whether the summary a near trigger asks for is made after this answer: when the
-        conversation's growth reaches the trigger within ``ahead_turns`` (``proxy.compaction.money.pace``)."""
-        if current.fired or self._paces is None:
-            return True
-        return due(conv, current, pace)
-
-    def _neutral_of(
-        self, dialect: Translator, body: dict[str, Any], facts: FactLookup
-    ) -> Neutral | None:
-        neutral = dialect.conversation(body, facts=facts)
-        if neutral is None:
-            return None
-        messages = neutral.messages
-        limit = self._settings.max_messages
-        if len(messages) > limit:
-            field = dialect.history_field  # counted in the core's messages
-            raise PayloadTooLarge(
-                f"'{field}' holds {len(messages)} messages; this proxy compacts at most {limit} "
-                "(server.max_messages)",
-                param=field,
-                code="too_many_messages",
-            )
-        return neutral
-
-    def _plan_applying(
-        self, conv: Conversation, record: Record | None, pinned: str | None
-    ) -> tuple[Checkpoint | None, Plan]:
-        """The checkpoint to apply (the deepest, or the one the request pins:
-        ``proxy.compaction.summaries.pinning``, applied even before a trigger fires, and read-only) and
-        the plan with it. Blocking: matching the history's hash chain is CPU work."""
-        checkpoint = self._stored.to_apply(conv, record, pinned)
-        if pinned is None or checkpoint is None or checkpoint.id != pinned:
-            return checkpoint, plan_with(conv, checkpoint, counter=self._counter)
-        pinned_plan = plan_with(conv, replace(checkpoint, strategy="pinned"), counter=self._counter)
-        return checkpoint, replace(pinned_plan, summary_request=None)
 
     def _tell_short(self, policy: str, fixed_tokens: int, next_summary_at: int) -> None:
         """Once per policy: its trigger leaves no room above the prompt's fixed part."""

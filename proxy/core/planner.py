@@ -46,7 +46,7 @@ from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, group, strip_agent_summaries
 from proxy.core.keep import first_kept, kept_tokens
-from proxy.core.pins import pinned, unpinned
+from proxy.core.pins import PINNED, pinned, unpinned
 from proxy.core.plan import (
     Plan,
     PlanBasis,
@@ -96,7 +96,9 @@ def plan(
         else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
     )
     grouping = group(source)
-    if policy.strategy != "off":  # the policy's pins, and what a dialect pinned (PINNED)
+    compacts = policy.strategy != "off"
+    if compacts and (policy.pin or any(PINNED in m for m in source)):
+        # The policy's pins, and what a dialect pinned (PINNED).
         facts = counter.facts_of(source) if policy.pin else None
         found = pinned(source, grouping, policy.pin, facts)
         if found:
@@ -108,9 +110,13 @@ def plan(
     # each batch saves its threshold where the provider bills it (and stays byte-stable until
     # the next summary, which moves the prefix anyway).
     in_use = _prior_cut(prior, grouping) if prior is not None and prior.active else None
-    working, counts, cleared = clear_tool_results(
-        source, source_counts, grouping, policy, counter, model, start=in_use or 0
-    )
+    working, counts = source, source_counts
+    cleared: tuple[int, ...] = ()
+    clearing = policy.clear_tool_results
+    if clearing.older_than_interactions or clearing.older_than_rounds:
+        working, counts, cleared = clear_tool_results(
+            source, source_counts, grouping, policy, counter, model, start=in_use or 0
+        )
     per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
     base = PlanBasis(
         source=source,
@@ -234,7 +240,7 @@ class _Measured:
         cut = first_kept(
             grouping, ctx.counts, ctx.policy.keep, context_window=self.window, floor=floor
         )
-        if not deeper:
+        if not deeper or not current.near:  # no summary starts soon: no room to make
             return Headroom(max(cut, floor))
         # The next summary will be about as long as the one applied now, if any.
         summary_tokens = sum(ctx.counter.per_message(head[preamble:], ctx.model))

@@ -125,6 +125,12 @@ class Hooks:
             registry=registry or CollectorRegistry(),
         )
 
+    @property
+    def review(self) -> Hooks | None:
+        """The plan review the compactor is given: these hooks when one looks at plans
+        (``before_send``), else None (no request then waits on a review that does nothing)."""
+        return self if self._before else None
+
     @classmethod
     def build(
         cls,

@@ -1,10 +1,11 @@
 """Sending one request upstream and relaying the answer to the client: ``forward()``.
 
 The request body is one of three: the bytes compaction decided on (``Decision.body``), the
-client's own body streamed as it arrives (refused past the limit), or none. A decision with a
-follow-up (a request compaction looked into) asks the provider only for codings the proxy can
-read, has its answer looked at for a context overflow (then the follow-up may replace the
-request, once), and tells the follow-up how the answer ended.
+client's own body streamed as it arrives (refused past the limit), or none. The decision's
+stages (``AnswerStage``: the native report, the overflow rescue, the recall rounds, each built
+only for a request that needs it) run in order on the answer before it is relayed. A decision
+with a follow-up (a request compaction looked into) asks the provider only for codings the
+proxy can read, and tells the follow-up how the answer ended.
 """
 
 from __future__ import annotations
@@ -12,16 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from functools import partial
 
 from proxy import tracing
 from proxy.compaction import protocol
-from proxy.compaction.decision import Decision, FollowUp
+from proxy.compaction.decision import Answer, AnswerStage, Decision
 from proxy.errors import ProxyError, UpstreamError
 from proxy.proxying.body import stream_request_body
-from proxy.proxying.native_retry import native_answer, with_upstream_headers
-from proxy.proxying.overflow import look_for_overflow
-from proxy.proxying.recall.loop import recall_rounds
+from proxy.proxying.headers import replaced
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, CancelOnDisconnect, relay, send_error
 from proxy.proxying.responses import ResponseTail
 from proxy.server.abort import cut_off
@@ -34,10 +32,11 @@ ErrorBody = Callable[[ProxyError], bytes]
 
 
 @dataclass(frozen=True)
-class _Request:
-    """What goes upstream, but the body."""
+class Upstream:
+    """Where one request goes: the provider's client, the method, URL and headers (but the
+    body)."""
 
-    upstream: UpstreamClient
+    client: UpstreamClient
     method: str
     url: str
     headers: RawHeaders
@@ -49,89 +48,65 @@ class _Request:
         self, decision: Decision, body: bytes | AsyncIterator[bytes] | None
     ) -> UpstreamResponse:
         """Send ``body`` with the headers ``decision`` sets (strategy native's beta flags)."""
-        return await self._send(with_upstream_headers(self.headers, decision), body)
+        return await self._send(replaced(self.headers, decision.upstream_headers), body)
 
     async def _send(
         self, headers: RawHeaders, body: bytes | AsyncIterator[bytes] | None
     ) -> UpstreamResponse:
         if not tracing.is_on():
-            return await self.upstream.send(self.method, self.url, headers, body)
+            return await self.client.send(self.method, self.url, headers, body)
         # The provider call's span lasts until its response headers (the relay is the request's).
         with tracing.span(
             self.method, tracing.provider_call(self.method, self.url), client=True
         ) as call:
             traced = tracing.outgoing(headers)  # the provider continues our trace
-            response = await self.upstream.send(self.method, self.url, traced, body)
+            response = await self.client.send(self.method, self.url, traced, body)
             tracing.failed(call, response.status)
             return response
 
 
-async def _resend(request: _Request, decision: Decision) -> UpstreamResponse:
-    return await request.send_for(decision, decision.body)
+@dataclass(frozen=True)
+class Downstream:
+    """The client's side of one request: its ASGI channels, the ``Exchange`` that records what
+    happened, its body's limit (``has_body``: it sends one), and the route (its label on a
+    response cut off mid-body, its API's shape of our errors)."""
+
+    receive: Receive
+    send: Send
+    exchange: Exchange
+    max_body_bytes: int
+    route: str
+    error_body: ErrorBody
+    has_body: bool = True
 
 
-@dataclass
-class _Answer:
-    """The provider's answer being relayed, and the decision it answers (a replacement's, after
-    an overflow). ``observed``: its follow-up was already shown this answer (an overflow no
-    replacement was found for), so it is not shown it again."""
-
-    response: UpstreamResponse
-    decision: Decision
-    observed: bool = False
-
-
-async def forward(
-    *,
-    upstream: UpstreamClient,
-    method: str,
-    url: str,
-    headers: RawHeaders,
-    decision: Decision,
-    client_body: bool = True,
-    receive: Receive,
-    send: Send,
-    exchange: Exchange,
-    max_body_bytes: int,
-    stream_hold_seconds: float = 0.0,
-    route: str,
-    error_body: ErrorBody,
-) -> None:
-    """Send upstream and relay back, recording in ``exchange`` what happened.
+async def forward(request: Upstream, decision: Decision, client: Downstream) -> None:
+    """Send upstream and relay back, recording in ``client.exchange`` what happened.
 
     ``decision.body`` is what the provider receives; when it is None, the client's body
-    (``client_body``: it has one) is streamed from ``receive``, a body growing past
-    ``max_body_bytes`` aborting the upstream request (the client gets a 413 if the provider
-    has not answered yet). ``decision.response_headers`` are added to the client's response.
-    An overflow may show inside an SSE stream (``decision.streaming``), looked for at most
-    ``stream_hold_seconds``. Errors of ours are shaped by ``error_body``; ``route`` labels a
-    response cut off mid-body.
+    (``client.has_body``: it has one) is streamed from ``client.receive``, a body growing past
+    ``client.max_body_bytes`` aborting the upstream request (the client gets a 413 if the
+    provider has not answered yet). The decision's stages run on the answer before it is
+    relayed; ``decision.response_headers`` are added to the client's response.
     """
+    receive, send, exchange = client.receive, client.send, client.exchange
+    error_body = client.error_body
     started = time.perf_counter()
-    streamed = decision.body is None and client_body
-    answer: _Answer | None = None
+    streamed = decision.body is None and client.has_body
+    answer: Answer | None = None
     tail: ResponseTail | None = None
     async with CancelOnDisconnect(receive, watch_now=not streamed) as guard:
         body: bytes | AsyncIterator[bytes] | None = decision.body
         if streamed:
-            body = stream_request_body(receive, guard, exchange, limit=max_body_bytes)
+            body = stream_request_body(receive, guard, exchange, limit=client.max_body_bytes)
         if decision.follow_up is not None:
-            headers = readable_accept_encoding(headers)
-        request = _Request(upstream, method, url, headers)
+            request = replace(request, headers=readable_accept_encoding(request.headers))
         exchange.added_ms = (time.perf_counter() - exchange.arrived) * 1000
         try:
-            answer = _Answer(await request.send_for(decision, body), decision)
-            if decision.native is not None:  # strategy native: refused fields, what it did
-                resend = partial(_resend, request)
-                answer = _Answer(
-                    *await native_answer(answer.response, decision, decision.native, resend)
-                )
-            if decision.follow_up is not None:
-                answer = await _unless_overflow(
-                    answer, decision.follow_up, request, hold_seconds=stream_hold_seconds
-                )
-            if answer.decision.recall is not None:
-                answer = await _with_recalls(answer, request)
+            answer = Answer(await request.send_for(decision, body), decision)
+            for stage in decision.stages:
+                if _looks_at(stage, answer):
+                    answer = await stage.run(answer, request.send)
         except ProxyError as error:
             close = CLOSE if error is guard.refused else ()
             await send_error(send, error, exchange, extra_headers=close, body=error_body(error))
@@ -147,7 +122,7 @@ async def forward(
             await relay(response, send, exchange, extra_headers=answer.decision.response_headers)
         except UpstreamError as error:
             # Headers are out: all that is left is to end the client's connection unfinished.
-            exchange.status = cut_off(error, route=route)
+            exchange.status = cut_off(error, route=client.route)
             return
         finally:
             await response.aclose()
@@ -170,52 +145,15 @@ async def forward(
         exchange.upstream_ms = (time.perf_counter() - started) * 1000
 
 
-async def _unless_overflow(
-    answer: _Answer, follow_up: FollowUp, request: _Request, *, hold_seconds: float
-) -> _Answer:
-    """``answer``, or, when it says the context is too long and the follow-up has a smaller
-    request to send instead, the answer to that one."""
-    look = await look_for_overflow(
-        answer.response, streaming=answer.decision.streaming, hold_seconds=hold_seconds
-    )
-    held = _Answer(look.response, answer.decision)
-    if not look.overflowed:
-        return held
-    if look.response.status >= 400:
-        # The answer may state the window: learned before the replacement is planned.
-        follow_up.observe(look.response.status, look.response.headers, look.error)
-        held.observed = True
-    replacement = await follow_up.replacement()
-    if replacement is None or replacement.body is None:
-        return held
-    await look.response.aclose()
-    return _Answer(await request.send(replacement.body), replacement)
-
-
-async def _with_recalls(answer: _Answer, request: _Request) -> _Answer:
-    """The final answer once the model's recall calls are answered (proxying/recall/loop.py),
-    with the headers that count the rounds."""
+def _looks_at(stage: AnswerStage, answer: Answer) -> bool:
+    """Whether ``stage`` runs on ``answer``: one of the statuses it looks at, to a decision that
+    holds it (the answer to a replacement is not the replaced request's stages' business)."""
     decision = answer.decision
-    assert decision.recall is not None and isinstance(decision.body, bytes)
-    session = decision.recall
-    rounds = await recall_rounds(
-        answer.response,
-        session,
-        sent=decision.body,
-        streaming=decision.streaming,
-        send=request.send,
-    )
-    if not rounds.headers and not rounds.later:
-        return _Answer(rounds.response, decision, answer.observed)
-    final = replace(
-        decision,
-        response_headers=[*decision.response_headers, *rounds.headers],
-        follow_up=session.after_rounds(decision.follow_up, summed=rounds.summed),
-    )
-    return _Answer(rounds.response, final, answer.observed)
+    statuses = stage.stream_statuses if decision.streaming else stage.statuses
+    return answer.response.status in statuses and any(s is stage for s in decision.stages)
 
 
-def _answered(answer: _Answer, tail: ResponseTail | None) -> None:
+def _answered(answer: Answer, tail: ResponseTail | None) -> None:
     """The follow-up hears how the answer ended: the end of its body (usage, a window), and,
     unless the provider refused the request, that it was answered (queues work due after)."""
     follow_up = answer.decision.follow_up

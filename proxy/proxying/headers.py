@@ -70,3 +70,13 @@ def response_headers_downstream(headers: RawHeaders) -> RawHeaders:
     """The provider's headers as the client should see them: all but hop-by-hop."""
     drop = HOP_BY_HOP | _connection_named(headers)
     return [(name.lower(), value) for name, value in headers if name.lower() not in drop]
+
+
+def replaced(headers: RawHeaders, own: RawHeaders) -> RawHeaders:
+    """``headers`` with ``own`` in place of the client's of the same names (a decision's
+    ``anthropic-beta``, its flags merged with the client's by compaction)."""
+    if not own:
+        return headers
+    names = {name.lower() for name, _ in own}
+    kept = [(name, value) for name, value in headers if name.lower() not in names]
+    return [*kept, *own]

@@ -11,28 +11,32 @@ did; a stream is relayed as it comes and reported after it ended (the follow-up)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 
-from proxy.compaction.decision import Decision, NativeAttempt
+from proxy.compaction.decision import Answer, Decision, NativeAttempt, Resend
 from proxy.proxying.responses import BufferedResponse
-from proxy.types import RawHeaders
 from proxy.upstream.base import UpstreamResponse
 from proxy.upstream.content_coding import decoded
 
 # Held whole to report on it: a larger answer is relayed as a stream, reported afterwards.
 MAX_HELD_BYTES = 8 * 1024 * 1024
-_REFUSALS = (400, 422)
-
-Resend = Callable[[Decision], Awaitable[UpstreamResponse]]
+_REFUSALS = frozenset({400, 422})
 
 
-def with_upstream_headers(headers: RawHeaders, decision: Decision) -> RawHeaders:
-    """``headers`` with the decision's own (``anthropic-beta``) in place of the client's."""
-    if not decision.upstream_headers:
-        return headers
-    names = {name.lower() for name, _ in decision.upstream_headers}
-    kept = [(name, value) for name, value in headers if name.lower() not in names]
-    return [*kept, *decision.upstream_headers]
+@dataclass(frozen=True, eq=False)
+class NativeStage:
+    """The answer stage of a request sent with the provider's context management: a refusal
+    of the fields answered by the plain request instead, a whole answer reported on."""
+
+    attempt: NativeAttempt
+    statuses = _REFUSALS | {200}
+    stream_statuses = _REFUSALS  # a stream is reported after it ended (the follow-up)
+
+    async def run(self, answer: Answer, resend: Resend) -> Answer:
+        response, decision = await native_answer(
+            answer.response, answer.decision, self.attempt, resend
+        )
+        return Answer(response, decision)
 
 
 async def native_answer(
@@ -43,7 +47,8 @@ async def native_answer(
         body = await _read(response)
         if attempt.refused(response.status, decoded(body, response.headers)):
             plain = attempt.plain
-            answer = await resend(plain)
+            assert plain.body is not None  # the client's request as it came
+            answer = await resend(plain.body)
             attempt.retried(answer.status)
             return answer, plain
         return BufferedResponse(response.status, response.headers, body), decision
@@ -54,12 +59,7 @@ async def native_answer(
         return BufferedResponse(response.status, response.headers, body), decision
     headers = attempt.reported(decoded(body, response.headers))
     buffered = BufferedResponse(response.status, response.headers, body)
-    return buffered, Decision(
-        body=decision.body,
-        response_headers=headers,
-        follow_up=decision.follow_up,
-        streaming=decision.streaming,
-    )
+    return buffered, replace(decision, response_headers=headers)
 
 
 async def _read(response: UpstreamResponse) -> bytes:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from proxy.compaction.decision import Answer, FollowUp, Resend
 from proxy.proxying.responses import BufferedResponse, PrefixedResponse, drop_pending
 from proxy.upstream.base import UpstreamResponse
 from proxy.upstream.content_coding import Decoder
@@ -73,6 +74,40 @@ def _failure_is_overflow(name: bytes, data: bytes) -> bool:
     except (ValueError, TypeError, KeyError, AttributeError):
         return False
     return says_overflow(text.encode())
+
+
+_ERRORS = frozenset({400, 413, 422})  # the statuses an overflow answer comes with
+
+
+@dataclass(frozen=True, eq=False)
+class OverflowRescue:
+    """The answer stage of a request compaction can compact harder: an answer that says the
+    context is too long is replaced, once, by the answer to the smaller request the follow-up
+    plans (``FollowUp.replacement``); the client sees only that one. A whole answer says it
+    with an error status, a stream may say it at its start (held at most ``hold_seconds``)."""
+
+    follow_up: FollowUp
+    hold_seconds: float = 0.0
+    statuses = _ERRORS
+    stream_statuses = _ERRORS | {200}
+
+    async def run(self, answer: Answer, resend: Resend) -> Answer:
+        streaming = answer.decision.streaming
+        look = await look_for_overflow(
+            answer.response, streaming=streaming, hold_seconds=self.hold_seconds
+        )
+        held = replace(answer, response=look.response)
+        if not look.overflowed:
+            return held
+        if look.response.status >= 400:
+            # The answer may state the window: learned before the replacement is planned.
+            self.follow_up.observe(look.response.status, look.response.headers, look.error)
+            held.observed = True
+        replacement = await self.follow_up.replacement()
+        if replacement is None or replacement.body is None:
+            return held
+        await look.response.aclose()
+        return Answer(await resend(replacement.body), replacement)
 
 
 @dataclass

@@ -11,6 +11,8 @@ to the quoted summarizer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from proxy.errors import UpstreamUnavailable
 from proxy.proxying.targets import Target
 from proxy.types import HeaderView, RawHeaders
@@ -32,16 +34,14 @@ _KEPT = frozenset(
 MAX_ANSWER_BYTES = 4 << 20  # a summary's answer; a runaway one is refused past this
 
 
+@dataclass(frozen=True)
 class Resend:
     """POSTs a body to one request's upstream URL with its credential headers."""
 
-    def __init__(
-        self, client: UpstreamClient, url: str, target: Target, headers: HeaderView
-    ) -> None:
-        self._client = client
-        self._url = url
-        self._target = target
-        self._request_headers = headers  # read only if a call is made (most requests make none)
+    _client: UpstreamClient
+    _url: str
+    _target: Target
+    _request_headers: HeaderView  # read only if a call is made (most requests make none)
 
     def headers(self) -> RawHeaders:
         """The request's upstream credential and version headers, and this call's own."""

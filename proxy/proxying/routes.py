@@ -9,10 +9,11 @@ gets back a ``Decision`` (the body to send, headers to add, what to do after the
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Protocol
 
 from proxy import tracing
-from proxy.compaction.decision import Decision, Incoming
+from proxy.compaction.decision import AnswerStages, Decision, Incoming
 from proxy.config.settings import ServerSettings, UpstreamSettings
 from proxy.dialects.base import Dialect
 from proxy.errors import ProxyError
@@ -25,8 +26,11 @@ from proxy.proxying.body import (
     has_body,
 )
 from proxy.proxying.events import RequestFinished, RequestRead
-from proxy.proxying.forward import forward
+from proxy.proxying.forward import Downstream, Upstream, forward
 from proxy.proxying.local_reply import send_reply
+from proxy.proxying.native_retry import NativeStage
+from proxy.proxying.overflow import OverflowRescue
+from proxy.proxying.recall.loop import RecallStage
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
 from proxy.proxying.resend import Resend
 from proxy.proxying.targets import AnthropicTarget, Target
@@ -114,6 +118,12 @@ class CompactedRoute(_Route):
         self.target = target
         self.label = dialect.name
         self.operation = "chat"
+        # What this route can do with an answer; compaction picks what each request needs.
+        self.stages = AnswerStages(
+            native=NativeStage,
+            rescue=partial(OverflowRescue, hold_seconds=resources.upstream.stream_hold_seconds),
+            recall=RecallStage,
+        )
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         res, dialect = self.resources, self.dialect
@@ -137,6 +147,7 @@ class CompactedRoute(_Route):
                 # A body compaction leaves alone streams through unread, unless it is recorded.
                 streamable=declared_within(headers, limit) and not recording,
                 call=Resend(res.upstream_client(), url, target, headers),
+                stages=self.stages,
             )
             try:
                 if recording:
@@ -161,20 +172,12 @@ class CompactedRoute(_Route):
         if decision.body is None and body.was_read:
             # Read already (compaction looked, and sends it as it came): it cannot stream again.
             decision = replace(decision, body=await body.read())
+        # A body read whole goes out with the length the upstream client gives it.
+        sent_headers = target.headers(headers, drop_content_length=decision.body is not None)
         await forward(
-            upstream=res.upstream_client(),
-            method="POST",
-            url=url,
-            # A body read whole goes out with the length the upstream client gives it.
-            headers=target.headers(headers, drop_content_length=decision.body is not None),
-            decision=decision,
-            receive=receive,
-            send=send,
-            exchange=exchange,
-            max_body_bytes=limit,
-            stream_hold_seconds=res.upstream.stream_hold_seconds,
-            route=dialect.name,
-            error_body=dialect.error_body,
+            Upstream(res.upstream_client(), "POST", url, sent_headers),
+            decision,
+            Downstream(receive, send, exchange, limit, dialect.name, dialect.error_body),
         )
 
 
@@ -206,16 +209,15 @@ class PassThrough(_Route):
             )
             return
         await forward(
-            upstream=res.upstream_client(),
-            method=scope["method"],
-            url=url,
-            headers=target.headers(headers),
-            decision=PASS_THROUGH,
-            client_body=has_body(headers),
-            receive=receive,
-            send=send,
-            exchange=exchange,
-            max_body_bytes=limit,
-            route="passthrough",
-            error_body=target.error_body,
+            Upstream(res.upstream_client(), scope["method"], url, target.headers(headers)),
+            PASS_THROUGH,
+            Downstream(
+                receive,
+                send,
+                exchange,
+                limit,
+                "passthrough",
+                target.error_body,
+                has_body=has_body(headers),
+            ),
         )

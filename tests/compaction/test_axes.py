@@ -23,7 +23,8 @@ FLOORS: list[set[str]] = [
     {"summaries"},  # made, stored, pinned, ahead of time
     {"recall", "rescue"},  # what a summary removed, fetched back; an overflow's rescue
     {"decision"},  # what the route gets: the request to send and who hears the answer
-    {"agents", "follow_up"},  # an agent's own compaction; the answer heard
+    # an agent's own compaction; the answer heard; one request read and planned
+    {"agents", "follow_up", "reading"},
     {"native"},  # the provider's own compaction, beside the proxy's
     {"rewriter"},  # decide -> plan -> render for one request
     {"compactor"},  # the parts wired together: what the route holds

@@ -128,6 +128,10 @@ class AgentCompaction:
         self._summarizer_for = summarizer_for
         self._listeners = listeners
         self._seal = ItemSeal(tenancy)
+        # The routes whose requests this stage may answer or change: no other enters it.
+        compact = {wires.compact_route} if wires.compact is not None else set()
+        items = {wires.items_route} if wires.compact is not None and wires.answer_compact else set()
+        self.routes = frozenset({*wires.asks, *compact, *items})
 
     async def first(self, incoming: Incoming) -> tuple[Decision | None, Incoming]:
         """The decision when this stage answers the request (or forwards it untouched), else

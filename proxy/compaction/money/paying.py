@@ -46,7 +46,7 @@ from proxy.core.headroom import PAYS
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
 from proxy.economics.decision import Outlook, PriceDecision, decide
-from proxy.economics.prices import Price, PriceTable
+from proxy.economics.prices import PriceTable
 
 CACHE_TTL_SECONDS = 300.0  # Anthropic's cache life; OpenAI keeps an idle prefix 5-10 minutes
 SUMMARY_SHARE = 0.1  # a summary is estimated at this share of what it reads...
@@ -91,22 +91,6 @@ class PriceTrigger:
         self._prices = prices
         self._counter = counter
         self._recall = recall  # what a compacted request gains: the recall tool
-
-    @property
-    def reference(self) -> Price | None:
-        """What the decision assumes for an unpriced model (None: it does not decide)."""
-        return self._prices.reference
-
-    def cannot_price(self, conv: Conversation) -> bool:
-        """``pays`` is on but the model has no price: the decision assumes the reference, or
-        only the token thresholds decide; the answer says which (a local model or a gateway's
-        alias would otherwise be decided for without a word)."""
-        policy = conv.policy
-        return (
-            policy.strategy == "summarize"
-            and policy.trigger.pays
-            and not self._prices.price(conv.model).priced
-        )
 
     def looks_at(self, conv: Conversation, current: Plan) -> bool:
         """Whether ``decide`` may change this request's plan (before the pace is read): a prompt

@@ -23,7 +23,7 @@ from typing import Any
 from proxy import wirejson
 from proxy.compaction import protocol
 from proxy.compaction.conversation import Conversation
-from proxy.compaction.decision import Decision
+from proxy.compaction.decision import AnswerStage, AnswerStages, Decision, FollowUp
 from proxy.compaction.dialect.native import NATIVE, NativeAdapter, NativeReport, Unsupported, ask_of
 from proxy.compaction.dialect.translation import Translator
 from proxy.compaction.events import CompactionDecided
@@ -73,6 +73,13 @@ class NativeRequest:
     body: dict[str, Any]
     raw: bytes
     streaming: bool
+    stages: AnswerStages | None = None  # the route's: the native report, the overflow rescue
+
+    def rescue(self, follow_up: FollowUp | None) -> tuple[AnswerStage, ...]:
+        """The overflow rescue of a request whose history the proxy holds (``follow_up``)."""
+        if follow_up is None or self.stages is None:
+            return ()
+        return (self.stages.rescue(follow_up),)
 
 
 class NativeCalls:
@@ -114,6 +121,7 @@ class NativeCalls:
                 response_headers=headers,
                 follow_up=inner,
                 streaming=request.streaming,
+                stages=request.rescue(inner),
             )
 
     def _decision(
@@ -136,11 +144,14 @@ class NativeCalls:
         self._listeners.emit(CompactionDecided(NATIVE, "delegated", before, before))
         headers = _outcome_headers(request, plan, "delegated")
         refused = _outcome_headers(request, plan, "skipped")[:-1]
+        # An overflow is rescued from the shadow summary, after a refusal too.
+        rescue = request.rescue(inner)
         plain = Decision(
             body=request.raw,
             response_headers=[*refused, (protocol.NATIVE_BYTES, b"refused")],
             follow_up=inner,
             streaming=request.streaming,
+            stages=rescue,
         )
         call = NativeCall(
             request,
@@ -152,13 +163,14 @@ class NativeCalls:
             calls=self,
             listeners=self._listeners,
         )
+        reported = () if request.stages is None else (request.stages.native(call),)
         return Decision(
             body=sent,
             response_headers=headers,
             follow_up=call,
             streaming=request.streaming,
             upstream_headers=_betas(request.headers, betas),
-            native=call,
+            stages=(*reported, *rescue),
         )
 
     def spend(self, conv: Conversation, sent: Plan, tail: bytes, report: NativeReport) -> bool:
@@ -179,7 +191,7 @@ class NativeCalls:
 
 
 class NativeCall:
-    """The forwarder's ``native`` and the follow-up of one request under ``native``."""
+    """The native stage's ``NativeAttempt`` and the follow-up of one request under ``native``."""
 
     def __init__(
         self,

@@ -45,5 +45,7 @@ class StoredCheckpoints:
     ) -> Checkpoint | None:
         """The checkpoint a request applies: the one it pins (``proxy.compaction.summaries.pinning``;
         not enforced while the store cannot answer), else the deepest. Blocking: hashes."""
+        if pinned is None:
+            return find_deepest(record, conv.messages, facts=conv.facts) if record else None
         ok = self._store.state().state == "ok"
         return choose_checkpoint(record, conv.messages, pinned, store_ok=ok, facts=conv.facts)

@@ -25,8 +25,9 @@ has the rounds' added (``proxy/proxying/recall/usage.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from proxy.compaction.decision import Answer, Resend
 from proxy.compaction.dialect.recall import TEXT, TOOL, UNDECIDED, CallStrip, ModelReply
 from proxy.compaction.recall.tool import RecallSession
 from proxy.proxying.recall.asker import Asker, Send
@@ -53,6 +54,37 @@ class _Looked:
     response: UpstreamResponse
     reply: ModelReply | None = None
     decoded: bytes = b""
+
+
+@dataclass(frozen=True, eq=False)
+class RecallStage:
+    """The answer stage of a request that went out with the recall tool: the final answer once
+    the model's recall calls are answered, with the headers that count the rounds; its
+    follow-up prices the rounds too (``RecallSession.after_rounds``)."""
+
+    session: RecallSession
+    statuses = frozenset({200})  # an error calls no tool
+    stream_statuses = statuses
+
+    async def run(self, answer: Answer, resend: Resend) -> Answer:
+        decision = answer.decision
+        assert isinstance(decision.body, bytes)
+        session = self.session
+        rounds = await recall_rounds(
+            answer.response,
+            session,
+            sent=decision.body,
+            streaming=decision.streaming,
+            send=resend,
+        )
+        if not rounds.headers and not rounds.later:
+            return replace(answer, response=rounds.response)
+        final = replace(
+            decision,
+            response_headers=[*decision.response_headers, *rounds.headers],
+            follow_up=session.after_rounds(decision.follow_up, summed=rounds.summed),
+        )
+        return Answer(rounds.response, final, answer.observed)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,179 @@
+"""One request read (docs/architecture.md, "The path of one request"): its body parsed, the
+policy chosen, and, when the proxy holds its history, its conversation built and planned with the
+checkpoint that applies. Shared by the proxy's own compaction and native's path (``rewriter``).
+
+Parsing, validation, planning and encoding are pure CPU: for a big body they run in a worker
+thread (``offload``) so that other clients' requests are not held up; a small body is worked on
+right here, without a detour through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, TypeVar
+
+from proxy import tracing
+from proxy.compaction import protocol
+from proxy.compaction.conversation import Conversation, Conversations
+from proxy.compaction.decision import Incoming
+from proxy.compaction.dialect.translation import Neutral, Translator
+from proxy.compaction.models.model_info import ModelInfos
+from proxy.compaction.offload import OFFLOAD_BYTES, work
+from proxy.compaction.planning import plan_with
+from proxy.compaction.policies import choose_policy
+from proxy.compaction.settings import CompactionSettings
+from proxy.compaction.summaries.stored import StoredCheckpoints
+from proxy.core.checkpoints import Checkpoint, Record
+from proxy.core.facts import FactLookup
+from proxy.core.plan import Plan
+from proxy.core.policy import PolicySettings
+from proxy.core.tokens import TokenCounter
+from proxy.errors import PayloadTooLarge
+from proxy.state.tenancy import Tenancy, credential_from_headers, resolve_conversation_id
+
+T = TypeVar("T")
+
+
+async def cpu(heavy: bool, function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)``: pure CPU work, in a worker thread for a heavy request (one past
+    ``offload.OFFLOAD_BYTES``) so that other clients are not held up, else right here."""
+    return await work(True, function, *args) if heavy else function(*args)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One request as read: its body, and the policy that applies to it."""
+
+    incoming: Incoming
+    raw: bytes
+    body: dict[str, Any]
+    heavy: bool  # parsing, planning and encoding run in a worker thread
+    model: str
+    tenant: str
+    policy_name: str
+    policy: PolicySettings
+    facts: FactLookup
+    focus: str | None
+    fell_back: bool = False  # native asked for where the provider offers none
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A request the proxy holds the history of, planned with the checkpoint that applies."""
+
+    conv: Conversation
+    checkpoint: Checkpoint | None
+    current: Plan
+    messages: list[dict[str, Any]]  # as the dialect read them
+    pinned: str | None  # the checkpoint the request pins (read-only: no summary)
+
+
+class Reader:
+    """Reads and plans requests for the rewriter."""
+
+    def __init__(
+        self,
+        settings: CompactionSettings,
+        *,
+        tenancy: Tenancy,
+        counter: TokenCounter,
+        conversations: Conversations,
+        stored: StoredCheckpoints,
+        models: ModelInfos,
+    ) -> None:
+        self._settings = settings
+        self._tenancy = tenancy
+        self._counter = counter
+        self._conversations = conversations
+        self._stored = stored
+        self._models = models
+
+    async def read(
+        self, incoming: Incoming, raw: bytes, facts: FactLookup, focus: str | None
+    ) -> Asked:
+        """Parse the body (a 400 when it is invalid) and choose the policy."""
+        headers = incoming.headers
+        conversation = self._settings.conversation
+        tenant = self._tenancy.tenant(credential_from_headers(headers.values, conversation))
+        heavy = len(raw) > OFFLOAD_BYTES
+        body = await cpu(heavy, incoming.dialect.parse, raw)
+        model = body.get("model") or ""
+        policy_name, policy = choose_policy(self._settings, headers, model=model, tenant=tenant)
+        tracing.request_model(model)
+        return Asked(incoming, raw, body, heavy, model, tenant, policy_name, policy, facts, focus)
+
+    async def plan(self, asked: Asked) -> Planned | None:
+        """The conversation planned with its checkpoint; None when the proxy does not hold its
+        history (the provider does, e.g. ``previous_response_id``) or it names no conversation."""
+        incoming, heavy, policy = asked.incoming, asked.heavy, asked.policy
+        dialect = incoming.dialect
+        neutral = await cpu(heavy, self._neutral_of, dialect, asked.body, asked.facts)
+        if neutral is None:
+            return None
+        messages = neutral.messages
+        conversation_id = resolve_conversation_id(
+            incoming.headers.values,
+            messages,
+            tenant=asked.tenant,
+            tenancy=self._tenancy,
+            settings=self._settings.conversation,
+        )
+        if conversation_id is None:
+            return None
+        # The caller's key, where the route says it is valid (an Anthropic key never goes to
+        # the OpenAI upstream's /models, nor to its summarizer).
+        credentials = incoming.credentials
+        self._models.windows.want(asked.model, credentials, policy)  # never waits
+        build = partial(  # strips incoming summaries: a pass over every message
+            self._conversations.build,
+            asked.tenant,
+            conversation_id,
+            asked.body,
+            neutral,
+            asked.policy_name,
+            policy,
+            credentials=credentials,
+            raw=asked.raw,
+            heavy=heavy,
+            dialect=dialect,
+            facts=asked.facts,
+        )
+        conv = await cpu(heavy, build)
+        if asked.focus is not None:
+            conv = replace(conv, focus=asked.focus)
+        record = await self._stored.record(conv)
+        pinned = protocol.pinned_checkpoint(incoming.headers)
+        checkpoint, current = await cpu(heavy, self._plan_applying, conv, record, pinned)
+        return Planned(conv, checkpoint, current, messages, pinned)
+
+    def _neutral_of(
+        self, dialect: Translator, body: dict[str, Any], facts: FactLookup
+    ) -> Neutral | None:
+        neutral = dialect.conversation(body, facts=facts)
+        if neutral is None:
+            return None
+        messages = neutral.messages
+        limit = self._settings.max_messages
+        if len(messages) > limit:
+            field = dialect.history_field  # counted in the core's messages
+            raise PayloadTooLarge(
+                f"'{field}' holds {len(messages)} messages; this proxy compacts at most {limit} "
+                "(server.max_messages)",
+                param=field,
+                code="too_many_messages",
+            )
+        return neutral
+
+    def _plan_applying(
+        self, conv: Conversation, record: Record | None, pinned: str | None
+    ) -> tuple[Checkpoint | None, Plan]:
+        """The checkpoint to apply (the deepest, or the one the request pins:
+        ``proxy.compaction.summaries.pinning``, applied even before a trigger fires, and read-only) and
+        the plan with it. Blocking: matching the history's hash chain is CPU work."""
+        checkpoint = self._stored.to_apply(conv, record, pinned)
+        if pinned is None or checkpoint is None or checkpoint.id != pinned:
+            return checkpoint, plan_with(conv, checkpoint, counter=self._counter)
+        pinned_plan = plan_with(conv, replace(checkpoint, strategy="pinned"), counter=self._counter)
+        return checkpoint, replace(pinned_plan, summary_request=None)
