@@ -4,9 +4,10 @@
 kept). ``HeaderView`` reads them once per request into a ``str`` mapping: everything that asks
 "what did the client send in header X" asks the view, never the raw list again.
 
-``ToolCall`` and ``ContentPart`` are a tool call and a content part in the neutral (chat
-completions) shape, as each dialect builds them from its own wire items and the core counts and
-the summarizer reads them.
+``ChatMessage``, ``ToolCall`` and ``ContentPart`` are a message, a tool call and a content part
+in the neutral (chat completions) shape, as each dialect builds them from its own wire items and
+the core counts and the summarizer reads them; ``MessageView`` is how read-only code takes a
+message, typed or still a plain dict.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 __all__ = [
     "JSON",
+    "ChatMessage",
     "ContentPart",
     "CustomCall",
     "CustomToolCall",
@@ -32,6 +34,7 @@ __all__ = [
     "ImagePart",
     "ImageUrl",
     "Message",
+    "MessageView",
     "OtherPart",
     "RawHeaders",
     "Receive",
@@ -123,6 +126,35 @@ class OtherPart(TypedDict):
 
 
 ContentPart = TextPart | RefusalPart | ImagePart | FilePart | OtherPart
+
+
+class ChatMessage(TypedDict, total=False):
+    """A message of the neutral conversation: the chat completions shape the core plans on.
+
+    Every field is optional to the type (a client's message is checked by
+    ``proxy.core.messages.validate_messages``, which is where ``role`` becomes certain); fields
+    not named here (provider extensions) are carried through untouched and never read. The
+    underscored keys are the proxy's own, put on by a dialect and never sent as they are.
+    """
+
+    role: str
+    content: str | list[ContentPart] | None
+    name: str
+    tool_calls: list[ToolCall] | None
+    tool_call_id: str
+    function_call: FunctionCall | None  # the legacy single call, hashed and shown, never made
+    refusal: str | None
+    audio: Any  # an assistant's audio reply reference, hashed as the client sent it
+    # The wire items this message stands for (``proxy.dialects.base``): any JSON, the dialect's.
+    _wire: list[Any]
+    _hash: Any  # what of those wire items reaches the model, hashed into the chain
+    _failed: bool  # a tool result its provider marked an error (``proxy.core.messages.FAILED``)
+    _pinned: bool  # never summarized, cleared or dropped (``proxy.core.pins.PINNED``)
+
+
+# A message as read-only code takes it: a ChatMessage, or the plain dict a caller outside the core
+# still holds (a TypedDict is no dict[str, Any] to the type checker, but both are this Mapping).
+MessageView = Mapping[str, Any]
 
 
 @dataclass(frozen=True)

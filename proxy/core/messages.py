@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Final, cast
 
 from proxy.core.facts import FactLookup
 from proxy.errors import InvalidMessage, InvalidRequest
+from proxy.types import ChatMessage
 
 # On a neutral tool message: its provider marked the result as an error (Anthropic's
 # ``is_error``, which Claude Code also sets on a call the user rejected), whatever its text says.
-FAILED = "_failed"
+FAILED: Final = "_failed"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 # Part types each role may send (https://platform.openai.com/docs/api-reference/chat/create).
@@ -121,6 +122,21 @@ def _validate_function(index: int, field: str, function: object) -> None:
         raise InvalidMessage(index, f"{field}.name", "must be a string")
     if not isinstance(function.get("arguments", ""), str):
         raise InvalidMessage(index, f"{field}.arguments", "must be a string")
+
+
+# --- the edge with plain dicts -----------------------------------------------------------------
+
+
+def chat_messages(messages: list[dict[str, Any]]) -> list[ChatMessage]:
+    """A validated history as the core plans on it. The edge with callers that still hold it as
+    plain dicts (compaction, the tools): ``validate_messages`` made them chat messages, the cast
+    only says so; nothing is copied."""
+    return cast("list[ChatMessage]", messages)
+
+
+def plain_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The core's messages handed back to callers that hold plain dicts (the same list)."""
+    return cast("list[dict[str, Any]]", messages)
 
 
 # --- reading -----------------------------------------------------------------------------------
