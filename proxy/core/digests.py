@@ -8,6 +8,7 @@ place that both the chain (``proxy.core.checkpoints``) and the per-message cache
 from __future__ import annotations
 
 import hashlib
+from typing import Final
 
 from proxy import wirejson
 from proxy.types import MessageView
@@ -30,7 +31,7 @@ HASHED_FIELDS = (
 # Wire items of another dialect that reach the model (Responses reasoning items, Anthropic
 # thinking blocks), put on a neutral message by its adapter (proxy/dialects/base.py): hashed
 # after the chat fields, so chat histories hash as they always did.
-DIALECT_FIELD = "_hash"
+DIALECT_FIELD: Final = "_hash"
 
 Message = MessageView  # kept: compaction imports it under this name
 
