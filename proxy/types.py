@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, Required, TypedDict
 
 from starlette.types import Message, Receive, Scope, Send
 
 __all__ = [
     "JSON",
+    "AnthropicBlock",
+    "AnthropicMessage",
     "ChatMessage",
     "ContentPart",
     "CustomCall",
@@ -150,6 +152,29 @@ class ChatMessage(TypedDict, total=False):
     _hash: Any  # what of those wire items reaches the model, hashed into the chain
     _failed: bool  # a tool result its provider marked an error (``proxy.core.messages.FAILED``)
     _pinned: bool  # never summarized, cleared or dropped (``proxy.core.pins.PINNED``)
+
+
+class AnthropicBlock(TypedDict, total=False):
+    """A content block of Anthropic's Messages API, as ``parse_messages_body`` checked it: a
+    string ``type``; a text block's ``text``, a tool_use's ``id`` and ``name`` and a
+    tool_result's ``tool_use_id`` are strings. Other kinds and fields are carried as sent."""
+
+    type: Required[str]
+    text: str
+    id: str
+    name: str
+    input: Any  # a tool call's arguments: any JSON
+    tool_use_id: str
+    content: str | list[AnthropicBlock]  # a tool_result's
+    is_error: bool
+    cache_control: Any  # a cache breakpoint, moved by clients from turn to turn
+
+
+class AnthropicMessage(TypedDict):
+    """One entry of a Messages request's ``messages`` (role user, assistant or system)."""
+
+    role: str
+    content: str | list[AnthropicBlock]
 
 
 # A message as read-only code takes it: a ChatMessage, or the plain dict a caller outside the core
