@@ -41,6 +41,7 @@ __all__ = [
     "RawHeaders",
     "Receive",
     "RefusalPart",
+    "ResponsesItem",
     "Scope",
     "Send",
     "TextPart",
@@ -175,6 +176,24 @@ class AnthropicMessage(TypedDict):
 
     role: str
     content: str | list[AnthropicBlock]
+
+
+class ResponsesItem(TypedDict, total=False):
+    """An item of a Responses API ``input`` (or a response's ``output``): a message, a call, a
+    call's output, reasoning, a compaction, a hosted tool's item. Only the fields the proxy reads
+    or writes are named; other kinds and fields are carried as the client sent them. What is
+    checked before a field is read is ``proxy.dialects.responses``'s business."""
+
+    type: str
+    id: str
+    role: str
+    content: Any  # a message's string or parts, reasoning's parts: the API's many part kinds
+    call_id: str
+    name: str
+    arguments: str  # a function_call's JSON text
+    input: str  # a custom_tool_call's free text
+    output: Any  # a call's output: a string or parts
+    encrypted_content: str  # a compaction's (or reasoning's) opaque payload
 
 
 # A message as read-only code takes it: a ChatMessage, or the plain dict a caller outside the core

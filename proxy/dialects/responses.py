@@ -87,19 +87,12 @@ _TYPED_CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 _CALL_META = frozenset({"type", "id", "call_id", "status", "name", "caller"})
 
 
-def _typed_call(item: dict[str, Any]) -> ToolCall:
-    """A function_call or custom_tool_call item (its fields checked) as the neutral call."""
-    if item["type"] == "custom_tool_call":
-        return {
-            "id": item["call_id"],
-            "type": "custom",
-            "custom": {"name": item["name"], "input": item["input"]},
-        }
-    return {
-        "id": item["call_id"],
-        "type": "function",
-        "function": {"name": item["name"], "arguments": item["arguments"]},
-    }
+def _typed_call(kind: str, call_id: str, name: str, payload: str) -> ToolCall:
+    """A function_call or custom_tool_call item (its fields checked) as the neutral call:
+    ``payload`` is its arguments (JSON text) or its free-text input."""
+    if kind == "custom_tool_call":
+        return {"id": call_id, "type": "custom", "custom": {"name": name, "input": payload}}
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": payload}}
 
 
 def parse_responses_body(raw: bytes) -> dict[str, Any]:
@@ -133,7 +126,11 @@ class _Turn:
 
 
 class _Builder:
-    """Walks ``input`` once, building the neutral messages (see the module docstring)."""
+    """Walks ``input`` once, building the neutral messages (see the module docstring).
+
+    The items are the request's JSON as it came in (``dict[str, Any]``): this is the edge
+    where each field is checked before it is read, some by a name chosen per kind, so they are
+    not typed as ``ResponsesItem`` here."""
 
     def __init__(self) -> None:
         self.messages: list[ChatMessage] = []
@@ -197,7 +194,8 @@ class _Builder:
             for field in ("call_id", "name", _TYPED_CALLS[kind]):
                 if not isinstance(item.get(field), str):
                     raise _invalid(index, field, "must be a string")
-            turn.calls.append(_typed_call(item))
+            payload = item[_TYPED_CALLS[kind]]
+            turn.calls.append(_typed_call(kind, item["call_id"], item["name"], payload))
         elif kind in _CALLS and isinstance(item.get(_CALLS[kind]), str):
             call_id = item[_CALLS[kind]]
             if kind == "local_shell_call" and isinstance(item.get("id"), str):
