@@ -13,6 +13,11 @@ each neutral message it builds two private keys the core carries along untouched
   turn to turn), hashed into the checkpoint chain next to the chat fields.
 
 A message without ``_wire`` in a plan was injected by the planner: the summary or a notice.
+
+Types: neutral messages are ``ChatMessage`` (``proxy.types``) while a dialect builds them, wire
+shapes that several modules read are ``AnthropicBlock``/``AnthropicMessage``/``ResponsesItem``.
+A request or response body, a stream event and an item being checked stay ``dict[str, Any]``:
+that is the edge where JSON comes in, with any keys and values, read only after a check.
 """
 
 from __future__ import annotations
