@@ -256,7 +256,7 @@ def encode_record(record: Record) -> bytes:
     return wirejson.encode(data)
 
 
-def _encode_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
+def _encode_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:  # the stored JSON object
     fields = {k: getattr(checkpoint, k) for k in _CHECKPOINT_FIELDS}
     optional = {k: getattr(checkpoint, k) for k in _OPTIONAL_FIELDS}
     return fields | {k: v for k, v in optional.items() if v is not None}

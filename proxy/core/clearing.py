@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from proxy.core.interactions import Grouping
 from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
+from proxy.types import ChatMessage
 
 CLEARED_STUB = "[tool result cleared to save context: {tokens} tokens]"
 
 
 def clear_tool_results(
-    source: list[dict[str, Any]],
+    source: list[ChatMessage],
     counts: list[int],
     grouping: Grouping,
     policy: PolicySettings,
@@ -21,7 +20,7 @@ def clear_tool_results(
     model: str,
     *,
     start: int = 0,
-) -> tuple[list[dict[str, Any]], list[int], tuple[int, ...]]:
+) -> tuple[list[ChatMessage], list[int], tuple[int, ...]]:
     """Stub results older than N interactions, or than N tool rounds (observation masking inside
     one long task): a result is old when N complete rounds came after its own. A result is
     stubbed only when the stub is smaller; when none is, ``source`` and ``counts`` come back
@@ -38,14 +37,14 @@ def clear_tool_results(
     limit = max(by_interaction, by_round)
     if not limit:
         return source, counts, ()
-    stubs: list[tuple[int, dict[str, Any], int]] = []  # (index, stub, its tokens), oldest first
+    stubs: list[tuple[int, ChatMessage, int]] = []  # (index, stub, its tokens), oldest first
     pins = set(grouping.pinned)  # a pinned result is never stubbed (proxy.core.pins)
     for i in range(max(grouping.preamble_len, start), limit):
         message = source[i]
         if i in pins:
             continue
         if message.get("role") in ("tool", "function") and counts[i] > settings.min_tokens:
-            stub = {**message, "content": CLEARED_STUB.format(tokens=counts[i])}
+            stub: ChatMessage = {**message, "content": CLEARED_STUB.format(tokens=counts[i])}
             stub_tokens = counter.count_message(stub, model)
             if stub_tokens >= counts[i]:
                 continue  # a stub no smaller than the result would change bytes, saving nothing
@@ -66,8 +65,8 @@ def clear_tool_results(
 
 
 def _whole_batches(
-    stubs: list[tuple[int, dict[str, Any], int]], counts: list[int], at_least: int
-) -> list[tuple[int, dict[str, Any], int]]:
+    stubs: list[tuple[int, ChatMessage, int]], counts: list[int], at_least: int
+) -> list[tuple[int, ChatMessage, int]]:
     """The stubs of the complete batches: walking from the oldest, a batch closes once its stubs
     save ``at_least`` tokens; the newest batch, still short of that, waits. The walk depends only
     on the history's prefix, so a batch cleared once is cleared the same way in every later

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import ast
 import logging
-from typing import Any
 
 from simpleeval import EvalWithCompoundTypes
 
 from proxy.core.messages import content_text
+from proxy.types import MessageView
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class Condition:
         self._evaluator = EvalWithCompoundTypes(functions=dict(_FUNCTIONS), names={})
         self._tree = parse_expression(expression, self._evaluator, _NAMES)
 
-    def matches(self, message: dict[str, Any]) -> bool:
+    def matches(self, message: MessageView) -> bool:
         self._evaluator.names = {
             "message": message,
             "role": message.get("role"),

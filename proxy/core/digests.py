@@ -8,10 +8,10 @@ place that both the chain (``proxy.core.checkpoints``) and the per-message cache
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from typing import Any
+from typing import Final
 
 from proxy import wirejson
+from proxy.types import MessageView
 
 # The fields of a message that the model reads (OpenAI's chat message schema), so the ones that
 # decide what the history *says*: two histories that differ in any of them must never share a
@@ -31,9 +31,9 @@ HASHED_FIELDS = (
 # Wire items of another dialect that reach the model (Responses reasoning items, Anthropic
 # thinking blocks), put on a neutral message by its adapter (proxy/dialects/base.py): hashed
 # after the chat fields, so chat histories hash as they always did.
-DIALECT_FIELD = "_hash"
+DIALECT_FIELD: Final = "_hash"
 
-Message = Mapping[str, Any]
+Message = MessageView  # kept: compaction imports it under this name
 
 
 def canonical_message(message: Message) -> bytes:

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 from proxy import wirejson
 from proxy.core.digests import DIALECT_FIELD, message_digest
-
-Message = dict[str, Any]
+from proxy.types import MessageView
 
 _PLAIN = frozenset({"role", "content", "name", "tool_call_id"})
 _WITH_CALLS = frozenset({"role", "content", "tool_calls"})
@@ -63,7 +62,7 @@ class _Lookups:
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         raise NotImplementedError
 
-    def digests(self, messages: Sequence[Mapping[str, Any]]) -> list[bytes]:
+    def digests(self, messages: Sequence[MessageView]) -> list[bytes]:
         """Each message's digest in the checkpoint chain, computed once per distinct message."""
         out = []
         for message, facts in zip(messages, self.scan(messages), strict=True):

@@ -26,9 +26,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TypeVar
 
 from proxy.core.summary_message import is_agent_summary
+from proxy.types import MessageView
+
+M = TypeVar("M", bound=MessageView)  # the caller's messages come back as it holds them
 
 _PREAMBLE_ROLES = frozenset({"system", "developer"})
 _RESULT_ROLES = frozenset({"tool", "function"})
@@ -112,7 +115,7 @@ class Grouping:
         return tuple(sorted((*again, task)))
 
 
-def group(messages: Sequence[dict[str, Any]]) -> Grouping:
+def group(messages: Sequence[MessageView]) -> Grouping:
     """Split ``messages`` into preamble + interactions and find the safe cut points."""
     total = len(messages)
     preamble_len = 0
@@ -141,7 +144,7 @@ def group(messages: Sequence[dict[str, Any]]) -> Grouping:
     )
 
 
-def _safe_cuts(messages: Sequence[dict[str, Any]], starts: list[int]) -> tuple[bool, ...]:
+def _safe_cuts(messages: Sequence[MessageView], starts: list[int]) -> tuple[bool, ...]:
     """For each start b: True unless a call at i < b is answered at j >= b (cutting there
     would orphan something). Ids may be empty or repeated: a result answers the latest call
     with its id, as providers read them."""
@@ -176,9 +179,7 @@ def _safe_cuts(messages: Sequence[dict[str, Any]], starts: list[int]) -> tuple[b
     return tuple(safe)
 
 
-def strip_agent_summaries(
-    messages: list[dict[str, Any]], *, final_prompt: str | None = None
-) -> list[dict[str, Any]]:
+def strip_agent_summaries(messages: list[M], *, final_prompt: str | None = None) -> list[M]:
     """Drop summaries this proxy injected that a client echoed back, so two never stack; a
     client's own message using the tag is left alone (``is_agent_summary``; ``final_prompt``:
     the policy's own frame, recognised as well as the built-in one)."""

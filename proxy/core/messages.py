@@ -9,15 +9,17 @@ follow, and an unknown field is theirs to judge, not ours. The dicts are returne
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+import re
+from collections.abc import Iterator
+from typing import Any, Final, cast
 
 from proxy.core.facts import FactLookup
 from proxy.errors import InvalidMessage, InvalidRequest
+from proxy.types import ChatMessage, MessageView
 
 # On a neutral tool message: its provider marked the result as an error (Anthropic's
 # ``is_error``, which Claude Code also sets on a call the user rejected), whatever its text says.
-FAILED = "_failed"
+FAILED: Final = "_failed"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 # Part types each role may send (https://platform.openai.com/docs/api-reference/chat/create).
@@ -33,6 +35,8 @@ _CONTENT_REQUIRED = frozenset({"system", "developer", "user", "tool"})
 _PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})  # need nothing but content
 
 
+# dict[str, Any]: the edge, a request body's JSON; past this check the core reads the list as
+# ChatMessage (``chat_messages``).
 def validate_messages(raw: object, *, facts: FactLookup | None = None) -> list[dict[str, Any]]:
     """Check a request's ``messages``; return the same list of dicts or raise InvalidMessage.
 
@@ -81,7 +85,7 @@ def _validate_message(index: int, message: object) -> None:
         _validate_function(index, "function_call", message["function_call"])
 
 
-def _validate_content(index: int, role: str, message: dict[str, Any]) -> None:
+def _validate_content(index: int, role: str, message: dict[str, Any]) -> None:  # JSON, unchecked
     content = message.get("content")
     if content is None:
         if role in _CONTENT_REQUIRED:
@@ -123,6 +127,21 @@ def _validate_function(index: int, field: str, function: object) -> None:
         raise InvalidMessage(index, f"{field}.arguments", "must be a string")
 
 
+# --- the edge with plain dicts -----------------------------------------------------------------
+
+
+def chat_messages(messages: list[dict[str, Any]]) -> list[ChatMessage]:
+    """A validated history as the core plans on it. The edge with callers that still hold it as
+    plain dicts (compaction, the tools): ``validate_messages`` made them chat messages, the cast
+    only says so; nothing is copied."""
+    return cast("list[ChatMessage]", messages)
+
+
+def plain_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The core's messages handed back to callers that hold plain dicts (the same list)."""
+    return cast("list[dict[str, Any]]", messages)
+
+
 # --- reading -----------------------------------------------------------------------------------
 
 
@@ -143,7 +162,7 @@ def _part_texts(parts: list[Any]) -> Iterator[str]:
                 yield text
 
 
-def tool_call_ids(message: dict[str, Any]) -> list[str]:
+def tool_call_ids(message: MessageView) -> list[str]:
     """Ids of the tool calls an assistant message makes (empty for any other message)."""
     calls = message.get("tool_calls")
     if message.get("role") != "assistant" or not isinstance(calls, list):
@@ -151,7 +170,7 @@ def tool_call_ids(message: dict[str, Any]) -> list[str]:
     return [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
 
 
-def tool_names(message: dict[str, Any]) -> dict[str, str]:
+def tool_names(message: MessageView) -> dict[str, str]:
     """Map tool call id -> function name for an assistant message's calls."""
     names: dict[str, str] = {}
     for call in message.get("tool_calls") or ():
@@ -161,7 +180,7 @@ def tool_names(message: dict[str, Any]) -> dict[str, str]:
     return names
 
 
-def calls_text(message: dict[str, Any]) -> str:
+def calls_text(message: MessageView) -> str:
     """The tool/function calls of an assistant message as compact text (name + arguments)."""
     calls = [
         c.get("function") or c.get("custom")
@@ -177,7 +196,7 @@ def calls_text(message: dict[str, Any]) -> str:
     )
 
 
-def is_error_result(message: Mapping[str, Any], pattern: Any) -> bool:
+def is_error_result(message: MessageView, pattern: re.Pattern[str]) -> bool:
     """A tool result failed: its provider marked it so (``FAILED``), it parses as an error
     object, or its text matches ``pattern``."""
     if message.get(FAILED) is True:

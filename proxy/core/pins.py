@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from simpleeval import EvalWithCompoundTypes
 
@@ -42,11 +42,14 @@ from proxy.core.conditions import parse_expression
 from proxy.core.facts import Facts
 from proxy.core.interactions import Grouping, group
 from proxy.core.messages import content_text
+from proxy.types import MessageView
 
 log = logging.getLogger(__name__)
 
+M = TypeVar("M", bound=MessageView)  # the caller's messages come back as it holds them
+
 # Set (True) by a dialect on a neutral message that is pinned whatever the policy's ``pin:``.
-PINNED = "_pinned"
+PINNED: Final = "_pinned"
 _FUNCTIONS = {"len": len, "str": str, "int": int, "float": float, "any": any, "all": all}
 NAMES = frozenset({"message", "role", "text", "tool", "calls", "turn", "True", "False", "None"})
 _RESULT_ROLES = frozenset({"tool", "function"})
@@ -61,7 +64,7 @@ class Pin:
         self._evaluator = EvalWithCompoundTypes(functions=functions, names={})
         self._tree = parse_expression(expression, self._evaluator, NAMES)
 
-    def matches(self, names: dict[str, Any]) -> bool:
+    def matches(self, names: dict[str, Any]) -> bool:  # the expression's variables, not a message
         """Whether the message described by ``names`` (``_names_of``) is pinned by this one."""
         text = names["text"]
         self._evaluator.names = names
@@ -85,7 +88,7 @@ def compile_pins(expressions: tuple[str, ...]) -> tuple[Pin, ...]:
 
 
 def pinned(
-    messages: Sequence[dict[str, Any]],
+    messages: Sequence[MessageView],
     grouping: Grouping,
     expressions: tuple[str, ...],
     facts: Sequence[Facts] | None = None,
@@ -150,9 +153,7 @@ def pinned(
     return tuple(sorted(chosen))
 
 
-def unpinned(
-    messages: Sequence[dict[str, Any]], start: int, end: int, pins: Sequence[int]
-) -> tuple[dict[str, Any], ...]:
+def unpinned(messages: Sequence[M], start: int, end: int, pins: Sequence[int]) -> tuple[M, ...]:
     """messages[start:end] without the pinned ones: what a summary reads (pins are never
     summarized: they are sent as they are)."""
     skip = set(pins)
@@ -160,8 +161,8 @@ def unpinned(
 
 
 def to_summarize(
-    messages: Sequence[dict[str, Any]], expressions: tuple[str, ...], start: int, end: int
-) -> tuple[dict[str, Any], ...]:
+    messages: Sequence[M], expressions: tuple[str, ...], start: int, end: int
+) -> tuple[M, ...]:
     """messages[start:end] less what ``expressions`` (or a dialect, ``PINNED``) pin in
     ``messages`` (a cleaned history)."""
     if not expressions and not any(m.get(PINNED) for m in messages[start:end]):
@@ -170,7 +171,7 @@ def to_summarize(
 
 
 def _calls(
-    message: dict[str, Any], index: int, names: dict[str, str], round_of: dict[str, int]
+    message: MessageView, index: int, names: dict[str, str], round_of: dict[str, int]
 ) -> tuple[str, ...]:
     """The tool names an assistant message calls, noting each call's name and owner."""
     found = []

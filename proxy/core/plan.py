@@ -14,9 +14,11 @@ from typing import Any, TypedDict
 
 from proxy.core.interactions import Grouping
 from proxy.core.keep import kept_tokens, task_tokens
+from proxy.core.messages import plain_messages
 from proxy.core.policy import PolicySettings
 from proxy.core.summary_message import render_summary_message
 from proxy.core.tokens import TokenCounter
+from proxy.types import ChatMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +41,7 @@ class SummaryRequest:
     """What a new summary must cover: ``messages`` = source[start:covered], extending
     ``previous`` (the prior summary's text) when there is one."""
 
-    messages: tuple[dict[str, Any], ...]
+    messages: tuple[dict[str, Any], ...]  # what the summarizer reads: compaction holds dicts
     previous: str | None
     start: int
     covered: int
@@ -52,7 +54,7 @@ class PlanContext:
     policy: PolicySettings
     model: str
     counter: TokenCounter
-    working: list[dict[str, Any]]
+    working: list[ChatMessage]
     counts: list[int]
     fixed_tokens: int  # reply priming + tools schemas
     budget: int
@@ -72,6 +74,7 @@ class PlanBasis(TypedDict):
 
 @dataclass(frozen=True)
 class Plan:
+    # Plain dicts: what compaction and the tools read of a plan (the core plans on ChatMessage).
     messages: list[dict[str, Any]]  # the exact list to send
     source: list[dict[str, Any]]  # the cleaned incoming list (what checkpoints index and hash)
     strategy: str
@@ -151,7 +154,7 @@ class Plan:
         messages, kept_from, task, tokens = assemble(ctx, self.grouping, head, covered)
         return replace(
             self,
-            messages=messages,
+            messages=plain_messages(messages),
             tokens_after=tokens,
             kept_from=kept_from,
             task=task,
@@ -163,8 +166,8 @@ class Plan:
 
 
 def assemble(
-    ctx: PlanContext, grouping: Grouping, head: list[dict[str, Any]], cut: int
-) -> tuple[list[dict[str, Any]], int, int | None, int]:
+    ctx: PlanContext, grouping: Grouping, head: list[ChatMessage], cut: int
+) -> tuple[list[ChatMessage], int, int | None, int]:
     """head + the task message (when ``cut`` falls inside its interaction) + working[cut:], then
     the hard budget; returns (messages, kept_from, task, tokens)."""
     head_tokens = sum(ctx.counter.per_message(head, ctx.model)) + ctx.fixed_tokens

@@ -1,4 +1,7 @@
-"""A plan as plain data: what the admin preview returns and what ``simulate`` prints."""
+"""A plan as plain data: what the admin preview returns and what ``simulate`` prints.
+
+The views are ``dict[str, Any]``: JSON going out, serialized as it is and read by no module.
+"""
 
 from __future__ import annotations
 

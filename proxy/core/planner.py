@@ -46,6 +46,7 @@ from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, group, strip_agent_summaries
 from proxy.core.keep import first_kept, kept_tokens
+from proxy.core.messages import chat_messages, plain_messages
 from proxy.core.pins import PINNED, pinned, unpinned
 from proxy.core.plan import (
     Plan,
@@ -60,6 +61,7 @@ from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.summary_message import DEFAULT_MAX_CHARS, render_summary_message
 from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.core.triggers import Verdict, evaluate, measure
+from proxy.types import ChatMessage
 
 FORCED = "forced"
 # A rescue keeps the verbatim part within this share of its budget, the rest for the summary.
@@ -67,7 +69,7 @@ RESCUE_VERBATIM_SHARE = 0.75
 
 
 def plan(
-    messages: list[dict[str, Any]],
+    messages: list[dict[str, Any]],  # validated (``proxy.core.messages``), as compaction holds them
     policy: PolicySettings,
     *,
     model: str,
@@ -95,6 +97,7 @@ def plan(
         if policy.strategy == "off"
         else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
     )
+    chat = chat_messages(source)  # what the core plans on; the plan hands plain dicts back
     grouping = group(source)
     compacts = policy.strategy != "off"
     if compacts and (policy.pin or any(PINNED in m for m in source)):
@@ -110,12 +113,12 @@ def plan(
     # each batch saves its threshold where the provider bills it (and stays byte-stable until
     # the next summary, which moves the prefix anyway).
     in_use = _prior_cut(prior, grouping) if prior is not None and prior.active else None
-    working, counts = source, source_counts
+    working, counts = chat, source_counts
     cleared: tuple[int, ...] = ()
     clearing = policy.clear_tool_results
     if clearing.older_than_interactions or clearing.older_than_rounds:
         working, counts, cleared = clear_tool_results(
-            source, source_counts, grouping, policy, counter, model, start=in_use or 0
+            chat, source_counts, grouping, policy, counter, model, start=in_use or 0
         )
     per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
     base = PlanBasis(
@@ -146,12 +149,12 @@ def plan(
     )
     window = model_info.context_window if model_info else None
     decision = _STRATEGIES[policy.strategy](
-        _Measured(ctx, source, source_counts, grouping, window, force, fire), prior
+        _Measured(ctx, chat, source_counts, grouping, window, force, fire), prior
     )
     sent, kept_from, task, tokens_after = assemble(ctx, grouping, decision.head, decision.render_at)
     applied = decision.applied
     return Plan(
-        messages=sent,
+        messages=plain_messages(sent),
         fired=decision.current.fired,
         near=decision.current.near,
         interactions_left=decision.current.interactions_left,
@@ -173,7 +176,7 @@ class _Measured:
     """What every strategy starts from: the cleaned, grouped and counted conversation."""
 
     ctx: PlanContext
-    source: list[dict[str, Any]]  # before tool results were cleared: what a summary reads
+    source: list[ChatMessage]  # before tool results were cleared: what a summary reads
     source_counts: list[int]  # its tokens per message
     grouping: Grouping
     window: int | None  # the model's context window, when known
@@ -181,10 +184,10 @@ class _Measured:
     fire: tuple[str, ...] = ()  # triggers fired by a decision made outside the core
 
     @property
-    def preamble(self) -> list[dict[str, Any]]:
+    def preamble(self) -> list[ChatMessage]:
         return self.ctx.working[: self.grouping.preamble_len]
 
-    def verdict(self, since: int, head: list[dict[str, Any]]) -> Verdict:
+    def verdict(self, since: int, head: list[ChatMessage]) -> Verdict:
         """The triggers, measured on ``head`` + the task message (when ``since`` falls inside
         its interaction) + working[since:]: the prompt as it would be sent."""
         ctx, grouping = self.ctx, self.grouping
@@ -220,7 +223,7 @@ class _Measured:
         return replace(self, ctx=ctx).verdict(self.grouping.preamble_len, self.preamble)
 
     def cut(
-        self, floor: int, current: Verdict, head: list[dict[str, Any]], *, deeper: bool
+        self, floor: int, current: Verdict, head: list[ChatMessage], *, deeper: bool
     ) -> Headroom:
         """Where the verbatim part starts (never before ``floor``): what ``keep`` allows, moved
         deeper when ``deeper`` so that the compaction leaves room to grow (``proxy.core.headroom``);
@@ -261,7 +264,7 @@ class _Measured:
 class _Decision:
     """A strategy's answer: send ``head`` + working[render_at:] (then the hard budget)."""
 
-    head: list[dict[str, Any]]
+    head: list[ChatMessage]
     render_at: int
     current: Verdict  # the triggers as measured on what is sent
     applied: PriorSummary | None = None
@@ -279,7 +282,7 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
     floor = preamble
     applied: PriorSummary | None = None
     current = raw
-    head_with: list[dict[str, Any]] | None = None  # a prior that would not save anything
+    head_with: list[ChatMessage] | None = None  # a prior that would not save anything
     prior_cut = _prior_cut(prior, grouping)
     if prior is not None and prior_cut is not None:
         summary = render_summary_message(
@@ -309,7 +312,9 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
     worth = head_with is None or _smaller(m, head_with, cut)
     if current.near and cut > start and worth:
         previous = prior.text if prior is not None and prior_cut is not None else None
-        summarized = unpinned(m.source, start, cut, grouping.pinned)  # pins are sent as they are
+        summarized = unpinned(
+            plain_messages(m.source), start, cut, grouping.pinned
+        )  # pins are sent as they are
         summary_request = SummaryRequest(summarized, previous, start, cut)
     render_at = prior_cut if applied is not None and prior_cut is not None else preamble
     short = room if room.short and summary_request is not None else None
@@ -359,7 +364,7 @@ def _prior_cut(prior: PriorSummary | None, grouping: Grouping) -> int | None:
     return prior.covered if grouping.is_cut(prior.covered) else None
 
 
-def _smaller(m: _Measured, head: list[dict[str, Any]], cut: int) -> bool:
+def _smaller(m: _Measured, head: list[ChatMessage], cut: int) -> bool:
     """The summary (and the task and pinned messages sent again) cost fewer tokens than the
     messages they replace: a summary of a few short turns can be longer than the turns. The
     messages as the client sent them, not their stubs: the stubs of a covered part grow in

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+
+from proxy.types import ChatMessage, MessageView
 
 OPEN_TAG = "<agent_summary>"
 CLOSE_TAG = "</agent_summary>"
@@ -89,7 +90,7 @@ def escape_tags(text: str) -> str:
 
 def render_summary_message(
     text: str, *, max_chars: int = DEFAULT_MAX_CHARS, final_prompt: str | None = None
-) -> dict[str, Any]:
+) -> ChatMessage:
     """The system message standing for summarized turns: exactly one opening and closing tag,
     the summary framed by ``final_prompt`` (null: the built-in frame)."""
     body = escape_tags(text.strip())
@@ -100,7 +101,7 @@ def render_summary_message(
     return {"role": "system", "content": f"{OPEN_TAG}\n{content}\n{CLOSE_TAG}"}
 
 
-def is_agent_summary(message: dict[str, Any], *, final_prompt: str | None = None) -> bool:
+def is_agent_summary(message: MessageView, *, final_prompt: str | None = None) -> bool:
     """A system message this proxy injected (echoed back by a client): wrapped in the tags from
     start to end *and* opening with our own frame (the built-in one, or ``final_prompt``'s). A
     client's own message that merely uses the tag (``<agent_summary>x</agent_summary>``) is its

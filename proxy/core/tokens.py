@@ -32,6 +32,7 @@ import tiktoken
 from proxy.core.facts import FactCache, FactLookup, Facts
 from proxy.core.policy import ModelInfo
 from proxy.errors import InvalidRequest
+from proxy.types import MessageView
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +190,14 @@ class TokenCounter:
     def count_text(self, text: str, model: str) -> int:
         return self._length(self.encoding_name(model))(text)
 
-    def count_message(self, message: dict[str, Any], model: str) -> int:
+    def count_message(self, message: MessageView, model: str) -> int:
         return self.per_message((message,), model)[0]
 
-    def facts_of(self, messages: Sequence[dict[str, Any]]) -> list[Facts]:
+    def facts_of(self, messages: Sequence[MessageView]) -> list[Facts]:
         """What is known of each message, through this counter's view of the cache."""
         return self._lookup.scan(messages)
 
-    def per_message(self, messages: Sequence[dict[str, Any]], model: str) -> list[int]:
+    def per_message(self, messages: Sequence[MessageView], model: str) -> list[int]:
         encoding = self.encoding_name(model)
         counts = []
         # Big requests are counted in worker threads (proxy.compaction.rewriter) while the event
@@ -208,7 +209,7 @@ class TokenCounter:
             counts.append(tokens)
         return counts
 
-    def count_messages(self, messages: Sequence[dict[str, Any]], model: str) -> int:
+    def count_messages(self, messages: Sequence[MessageView], model: str) -> int:
         """What the prompt costs: every message plus the reply priming."""
         return sum(self.per_message(messages, model)) + REPLY_PRIMING
 
@@ -235,7 +236,7 @@ class TokenCounter:
         return total
 
 
-def _message_tokens(message: dict[str, Any], length: Length) -> int:
+def _message_tokens(message: MessageView, length: Length) -> int:
     tokens = TOKENS_PER_MESSAGE + length(str(message.get("role", "")))
     content = message.get("content")
     if isinstance(content, str):
@@ -259,7 +260,7 @@ def _message_tokens(message: dict[str, Any], length: Length) -> int:
     return tokens
 
 
-def _part_tokens(part: dict[str, Any], length: Length) -> int:
+def _part_tokens(part: Mapping[str, Any], length: Length) -> int:
     kind = part.get("type")
     if kind == "image_url":
         image = part.get("image_url")

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from proxy.types import ChatMessage
+
 _ENTRY = re.compile(r"\s*([^()\s]+)\s*(?:\((.*)\))?\s*", re.DOTALL)
 _COMMAND_KEYS = ("command", "cmd")
 
@@ -79,10 +81,10 @@ def command_of(arguments: object) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
 
 
-def calls_of(message: dict[str, object]) -> dict[str, ToolCall]:
+def calls_of(message: ChatMessage) -> dict[str, ToolCall]:
     """Tool call id -> the call, for an assistant message's calls."""
     calls: dict[str, ToolCall] = {}
-    for call in message.get("tool_calls") or ():  # type: ignore[attr-defined]
+    for call in message.get("tool_calls") or ():
         if isinstance(call, dict) and isinstance(call.get("id"), str):
             function = call.get("function") or call.get("custom") or {}
             if isinstance(function, dict):

@@ -24,13 +24,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from proxy.core.conditions import Condition
 from proxy.core.interactions import Grouping
 from proxy.core.messages import is_error_result
 from proxy.core.policy import TriggerSettings
 from proxy.core.tool_calls import ToolCall, calls_of, tool_matches
+from proxy.types import ChatMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,7 @@ def evaluate(trigger: TriggerSettings, measures: Measures, *, soft_fraction: flo
 
 
 def measure(
-    messages: list[dict[str, Any]],
+    messages: list[ChatMessage],
     counts: list[int],
     grouping: Grouping,
     trigger: TriggerSettings,
@@ -130,7 +130,7 @@ def measure(
     )
 
 
-def new_tool_results(messages: list[dict[str, Any]]) -> int:
+def new_tool_results(messages: list[ChatMessage]) -> int:
     """Where the tool results new in this request start: the trailing tool messages (len when
     the request ends with anything else)."""
     start = len(messages)
@@ -140,7 +140,7 @@ def new_tool_results(messages: list[dict[str, Any]]) -> int:
 
 
 def _tool_outcomes(
-    messages: list[dict[str, Any]],
+    messages: list[ChatMessage],
     pattern: str,
     succeeded: set[ToolCall],
     failed: set[ToolCall],

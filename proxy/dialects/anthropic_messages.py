@@ -40,7 +40,7 @@ from typing import Any
 
 from proxy import wirejson
 from proxy.core.facts import FactLookup
-from proxy.core.messages import FAILED
+from proxy.core.messages import FAILED, plain_messages
 from proxy.core.pins import PINNED
 from proxy.core.plan import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
@@ -51,7 +51,16 @@ from proxy.dialects.base import HASHED, WIRE, Neutral, wire_groups
 from proxy.dialects.error_shapes import anthropic_error_body
 from proxy.dialects.summary_calls import messages_answer_text, messages_summary_call
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.types import ContentPart, FunctionTool, FunctionToolCall, TextPart
+from proxy.types import (
+    AnthropicBlock,
+    AnthropicMessage,
+    ChatMessage,
+    ContentPart,
+    FunctionTool,
+    FunctionToolCall,
+    TextPart,
+    ToolCall,
+)
 
 _ROLES = ("user", "assistant", "system")
 _CACHE_MARK = "cache_control"
@@ -126,7 +135,7 @@ def _unmarked(block: Any) -> Any:
     return out
 
 
-def _hashed(message: dict[str, Any]) -> dict[str, Any]:
+def _hashed(message: AnthropicMessage) -> AnthropicMessage:
     """What of a wire message reaches the model: all of it but the cache marks."""
     content = message.get("content")
     if not isinstance(content, list):
@@ -134,7 +143,7 @@ def _hashed(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": [_unmarked(b) for b in content]}
 
 
-def _part(block: dict[str, Any]) -> ContentPart | None:
+def _part(block: AnthropicBlock) -> ContentPart | None:
     """A content block as a chat part, for counting and the summarizer's transcript."""
     kind = block.get("type")
     if kind == "text":
@@ -160,11 +169,15 @@ def _parts(content: object) -> str | list[ContentPart]:
         return content
     if not isinstance(content, list):
         return ""
-    return [p for b in content if isinstance(b, dict) and (p := _part(b)) is not None]
+    return _block_parts(content)
 
 
-def _tool_call(block: dict[str, Any]) -> FunctionToolCall:
-    value = block.get("input", {})
+def _block_parts(blocks: list[AnthropicBlock]) -> list[ContentPart]:
+    return [p for b in blocks if isinstance(b, dict) and (p := _part(b)) is not None]
+
+
+def _tool_call(block: AnthropicBlock) -> FunctionToolCall:
+    value: object = block.get("input", {})
     # The wire block goes out as it came; an input nested past what a JSON writer descends
     # is only not shown to the planner and the summarizer.
     if not wirejson.nests_within(value):
@@ -177,8 +190,8 @@ def _tool_call(block: dict[str, Any]) -> FunctionToolCall:
     }
 
 
-def _neutral_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
-    wire = [message]
+def _neutral_messages(message: AnthropicMessage) -> list[ChatMessage]:
+    wire: list[Any] = [message]
     hashed = _hashed(message)
     content = message["content"]
     if message["role"] == "system":  # an instruction among the turns: pinned, never summarized
@@ -186,40 +199,42 @@ def _neutral_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
             {"role": "system", "content": _parts(content), WIRE: wire, HASHED: hashed, PINNED: True}
         ]
     if message["role"] == "assistant":
-        out: dict[str, Any] = {"role": "assistant", "content": _parts(content) or None}
+        out: ChatMessage = {"role": "assistant", "content": _parts(content) or None}
         if isinstance(content, list):
-            calls = [_tool_call(b) for b in content if b.get("type") == "tool_use"]
+            calls: list[ToolCall] = [_tool_call(b) for b in content if b.get("type") == "tool_use"]
             if calls:
                 out["tool_calls"] = calls
         return [{**out, WIRE: wire, HASHED: hashed}]
-    results = (
-        [b for b in content if b.get("type") == "tool_result"] if isinstance(content, list) else []
-    )
+    blocks = content if isinstance(content, list) else []
+    results = [b for b in blocks if b.get("type") == "tool_result"]
     if not results:
         return [{"role": "user", "content": _parts(content), WIRE: wire, HASHED: hashed}]
-    tools = [
-        {
-            "role": "tool",
-            "tool_call_id": b["tool_use_id"],
-            "content": _parts(b.get("content", "")),
-            WIRE: wire,
-            HASHED: hashed,
-            **({FAILED: True} if b.get("is_error") is True else {}),
-        }
-        for b in results
-    ]
-    extra = [b for b in content if b.get("type") != "tool_result"]
+    tools = [_tool_result(b, wire, hashed) for b in results]
+    extra = [b for b in blocks if b.get("type") != "tool_result"]
     if extra:  # text after the results: counted with the last one, never a new interaction
         last = tools[-1]
-        own = last["content"]
+        own = last.get("content") or ""
         last["content"] = [
-            *([{"type": "text", "text": own}] if isinstance(own, str) else own),
-            *_parts(extra),
+            *([TextPart(type="text", text=own)] if isinstance(own, str) else own),
+            *_block_parts(extra),
         ]
     return tools
 
 
-def _system_messages(system: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def _tool_result(block: AnthropicBlock, wire: list[Any], hashed: AnthropicMessage) -> ChatMessage:
+    result: ChatMessage = {
+        "role": "tool",
+        "tool_call_id": block["tool_use_id"],
+        "content": _parts(block.get("content", "")),
+        WIRE: wire,
+        HASHED: hashed,
+    }
+    if block.get("is_error") is True:
+        result[FAILED] = True
+    return result
+
+
+def _system_messages(system: str | list[AnthropicBlock] | None) -> list[ChatMessage]:
     if system is None:
         return []
     if isinstance(system, str):
@@ -286,14 +301,14 @@ def _injected(plan: Plan) -> bool:
     return any(m.get("role") == "system" and m.get(WIRE) is None for m in plan.messages)
 
 
-def _render_messages(plan: Plan) -> list[dict[str, Any]]:
+def _render_messages(plan: Plan) -> list[AnthropicMessage]:
     # (the wire message's list, tool_use_id) of every tool result the plan replaced by a stub
     cleared = {
         (id(plan.source[i][WIRE]), plan.source[i].get("tool_call_id", ""))
         for i in plan.cleared
         if plan.source[i].get(WIRE) is not None
     }
-    out: list[dict[str, Any]] = []
+    out: list[AnthropicMessage] = []
     for wire, members in wire_groups(plan):
         if wire is None or not _is_turn(wire):
             continue  # the system prompt (and what the plan injected) is rendered on its own
@@ -307,14 +322,17 @@ def _render_messages(plan: Plan) -> list[dict[str, Any]]:
     return placed(out)  # a pinned system message sent again goes where the API takes it
 
 
-def _stubbed(message: dict[str, Any], stubs: Mapping[str, Any]) -> dict[str, Any]:
+def _stubbed(message: AnthropicMessage, stubs: Mapping[str, Any]) -> AnthropicMessage:
     """``message`` with the content of the named tool results replaced by their stub; every
     other field of those blocks (cache mark, is_error) and every other block unchanged."""
-    content = [
+    blocks = message["content"]
+    if isinstance(blocks, str):  # no tool result to stub
+        return message
+    content: list[AnthropicBlock] = [
         {**b, "content": stubs[b["tool_use_id"]]}
         if b.get("type") == "tool_result" and b.get("tool_use_id") in stubs
         else b
-        for b in message["content"]
+        for b in blocks
     ]
     return {**message, "content": content}
 
@@ -337,7 +355,7 @@ class AnthropicMessages:
         messages = _system_messages(body.get("system"))
         for message in body["messages"]:
             messages.extend(_neutral_messages(message))
-        return Neutral(messages, _tools(body.get("tools")))
+        return Neutral(plain_messages(messages), _tools(body.get("tools")))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         out = {**body, "messages": _render_messages(plan)}

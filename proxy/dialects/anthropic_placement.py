@@ -18,12 +18,12 @@ in its order. Nothing else moves, so user and assistant turns keep their order a
 
 from __future__ import annotations
 
-from typing import Any
+from proxy.types import AnthropicMessage
 
 SYSTEM = "system"
 
 
-def _ends_in_server_result(turn: dict[str, Any]) -> bool:
+def _ends_in_server_result(turn: AnthropicMessage) -> bool:
     content = turn.get("content")
     if not isinstance(content, list) or not content or not isinstance(content[-1], dict):
         return False
@@ -32,7 +32,7 @@ def _ends_in_server_result(turn: dict[str, Any]) -> bool:
     return isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result"
 
 
-def _after(before: dict[str, Any] | None) -> bool:
+def _after(before: AnthropicMessage | None) -> bool:
     """A system section may come right after ``before``."""
     if before is None:
         return False
@@ -40,16 +40,16 @@ def _after(before: dict[str, Any] | None) -> bool:
     return role == "user" or (role == "assistant" and _ends_in_server_result(before))
 
 
-def _before(after: dict[str, Any] | None) -> bool:
+def _before(after: AnthropicMessage | None) -> bool:
     """A system section may come right before ``after``."""
     return after is None or after.get("role") == "assistant"
 
 
-def placed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def placed(messages: list[AnthropicMessage]) -> list[AnthropicMessage]:
     """``messages`` with every system section where the API accepts it: in place when it is,
     else at the first accepted place after it. The same list when nothing moves."""
-    out: list[dict[str, Any]] = []
-    held: list[dict[str, Any]] = []  # system messages waiting for a place, in order
+    out: list[AnthropicMessage] = []
+    held: list[AnthropicMessage] = []  # system messages waiting for a place, in order
     moved = False
     i, n = 0, len(messages)
     while i < n:

@@ -13,22 +13,28 @@ each neutral message it builds two private keys the core carries along untouched
   turn to turn), hashed into the checkpoint chain next to the chat fields.
 
 A message without ``_wire`` in a plan was injected by the planner: the summary or a notice.
+
+Types: neutral messages are ``ChatMessage`` (``proxy.types``) while a dialect builds them, wire
+shapes that several modules read are ``AnthropicBlock``/``AnthropicMessage``/``ResponsesItem``.
+A request or response body, a stream event and an item being checked stay ``dict[str, Any]``:
+that is the edge where JSON comes in, with any keys and values, read only after a check.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from proxy.compaction.dialect.translation import Neutral, Translator
-from proxy.core.digests import DIALECT_FIELD
+from proxy.core.digests import DIALECT_FIELD as HASHED
+from proxy.core.messages import chat_messages
 from proxy.core.plan import Plan
 from proxy.errors import ProxyError
+from proxy.types import ChatMessage
 
 __all__ = ["HASHED", "WIRE", "Dialect", "Neutral", "cleared_wires", "wire_groups"]
 
-WIRE = "_wire"
-HASHED = DIALECT_FIELD  # "_hash"
+WIRE: Final = "_wire"
 
 
 class Dialect(Translator, Protocol):
@@ -47,12 +53,12 @@ class Dialect(Translator, Protocol):
         ...
 
 
-def wire_groups(plan: Plan) -> Iterator[tuple[list[Any] | None, list[dict[str, Any]]]]:
+def wire_groups(plan: Plan) -> Iterator[tuple[list[Any] | None, list[ChatMessage]]]:
     """The sent messages in order, grouped by the wire list they stand for: (``_wire``, its
     neutral messages); an injected message (no ``_wire``) comes as (None, [message])."""
     current: list[Any] | None = None
-    members: list[dict[str, Any]] = []
-    for message in plan.messages:
+    members: list[ChatMessage] = []
+    for message in chat_messages(plan.messages):
         wire = message.get(WIRE)
         if wire is not None and wire is current:
             members.append(message)

@@ -25,17 +25,27 @@ With ``previous_response_id`` or ``conversation`` the provider holds the history
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from proxy import wirejson
 from proxy.core.facts import FactLookup
+from proxy.core.messages import plain_messages
 from proxy.core.plan import Plan
 from proxy.dialects.base import HASHED, WIRE, Neutral, cleared_wires, wire_groups
 from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.responses_native import RESPONSES_NATIVE
 from proxy.dialects.responses_recall import RESPONSES_RECALL
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.types import ContentPart, FileData, FunctionCall, FunctionToolCall, TextPart, ToolCall
+from proxy.types import (
+    ChatMessage,
+    ContentPart,
+    FileData,
+    FunctionCall,
+    FunctionToolCall,
+    TextPart,
+    ToolCall,
+)
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
@@ -77,19 +87,12 @@ _TYPED_CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 _CALL_META = frozenset({"type", "id", "call_id", "status", "name", "caller"})
 
 
-def _typed_call(item: dict[str, Any]) -> ToolCall:
-    """A function_call or custom_tool_call item (its fields checked) as the neutral call."""
-    if item["type"] == "custom_tool_call":
-        return {
-            "id": item["call_id"],
-            "type": "custom",
-            "custom": {"name": item["name"], "input": item["input"]},
-        }
-    return {
-        "id": item["call_id"],
-        "type": "function",
-        "function": {"name": item["name"], "arguments": item["arguments"]},
-    }
+def _typed_call(kind: str, call_id: str, name: str, payload: str) -> ToolCall:
+    """A function_call or custom_tool_call item (its fields checked) as the neutral call:
+    ``payload`` is its arguments (JSON text) or its free-text input."""
+    if kind == "custom_tool_call":
+        return {"id": call_id, "type": "custom", "custom": {"name": name, "input": payload}}
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": payload}}
 
 
 def parse_responses_body(raw: bytes) -> dict[str, Any]:
@@ -112,12 +115,26 @@ def parse_responses_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """The assistant message being built, with its lists as the builder fills them."""
+
+    message: ChatMessage
+    content: list[ContentPart]
+    calls: list[ToolCall]
+    wire: list[Any]  # the items as the client sent them: any JSON
+
+
 class _Builder:
-    """Walks ``input`` once, building the neutral messages (see the module docstring)."""
+    """Walks ``input`` once, building the neutral messages (see the module docstring).
+
+    The items are the request's JSON as it came in (``dict[str, Any]``): this is the edge
+    where each field is checked before it is read, some by a name chosen per kind, so they are
+    not typed as ``ResponsesItem`` here."""
 
     def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.turn: dict[str, Any] | None = None  # the assistant message being built
+        self.messages: list[ChatMessage] = []
+        self.turn: _Turn | None = None  # the assistant message being built
         self.call_ids: dict[str, str] = {}  # a call's item id -> its call id
 
     def add(self, index: int, item: object) -> None:
@@ -147,8 +164,8 @@ class _Builder:
         content = _check_content(index, item.get("content"))
         if role == "assistant":
             turn = self._open_turn()
-            turn[WIRE].append(item)
-            turn["content"].extend(content if isinstance(content, list) else [_text(content)])
+            turn.wire.append(item)
+            turn.content.extend(content if isinstance(content, list) else [_text(content)])
             return
         self.turn = None
         texts = _all_text(content) if isinstance(content, list) else None
@@ -172,12 +189,13 @@ class _Builder:
 
     def _model_item(self, index: int, item: dict[str, Any], kind: str | None) -> None:
         turn = self._open_turn()
-        turn[WIRE].append(item)
+        turn.wire.append(item)
         if kind in _TYPED_CALLS:
             for field in ("call_id", "name", _TYPED_CALLS[kind]):
                 if not isinstance(item.get(field), str):
                     raise _invalid(index, field, "must be a string")
-            turn["tool_calls"].append(_typed_call(item))
+            payload = item[_TYPED_CALLS[kind]]
+            turn.calls.append(_typed_call(kind, item["call_id"], item["name"], payload))
         elif kind in _CALLS and isinstance(item.get(_CALLS[kind]), str):
             call_id = item[_CALLS[kind]]
             if kind == "local_shell_call" and isinstance(item.get("id"), str):
@@ -185,7 +203,7 @@ class _Builder:
             asks = {k: v for k, v in item.items() if k not in _CALL_META}
             call: FunctionCall = {"name": str(item.get("name", kind)), "arguments": _json(asks)}
             shell: FunctionToolCall = {"id": call_id, "type": "function", "function": call}
-            turn["tool_calls"].append(shell)
+            turn.calls.append(shell)
         elif kind == "reasoning":
             # Its summary and its plain text (open-weight models send it back) are what of it
             # is readable: counted, and in the summarizer's transcript marked as reasoning, not
@@ -194,30 +212,34 @@ class _Builder:
                 parts = item.get(field)
                 for part in parts if isinstance(parts, list) else ():
                     if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        turn["content"].append(_text(f"[reasoning] {part['text']}"))
+                        turn.content.append(_text(f"[reasoning] {part['text']}"))
         else:
             # A hosted tool's item (web_search_call, mcp_call, ...) or one this proxy does not
             # know: named in the transcript where it happened, sent as it came.
-            turn["content"].append(_text(f"[{kind or 'item_reference'}]"))
+            turn.content.append(_text(f"[{kind or 'item_reference'}]"))
 
-    def _open_turn(self) -> dict[str, Any]:
+    def _open_turn(self) -> _Turn:
         if self.turn is None:
-            self.turn = _neutral("assistant", [], [])
-            self.turn["tool_calls"] = []
-            self.messages.append(self.turn)
+            content: list[ContentPart] = []
+            calls: list[ToolCall] = []
+            wire: list[Any] = []
+            message = _neutral("assistant", content, wire)
+            message["tool_calls"] = calls
+            self.turn = _Turn(message, content, calls, wire)
+            self.messages.append(message)
         return self.turn
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self) -> list[ChatMessage]:
         for message in self.messages:
-            if message["role"] == "assistant":
-                if not message["tool_calls"]:
-                    del message["tool_calls"]
-                if not message["content"]:
+            if message.get("role") == "assistant":
+                if not message.get("tool_calls"):
+                    message.pop("tool_calls", None)
+                if not message.get("content"):
                     message["content"] = None
         return self.messages
 
 
-def _neutral(role: str, content: object, wire: list[Any]) -> dict[str, Any]:
+def _neutral(role: str, content: str | list[ContentPart], wire: list[Any]) -> ChatMessage:
     return {"role": role, "content": content, WIRE: wire, HASHED: wire}
 
 
@@ -315,7 +337,7 @@ class Responses:
             builder.messages.append({"role": "system", "content": instructions, WIRE: []})
         for index, item in enumerate(items):
             builder.add(index, item)
-        return Neutral(builder.finish(), body.get("tools"))
+        return Neutral(plain_messages(builder.finish()), body.get("tools"))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         cleared = cleared_wires(plan)

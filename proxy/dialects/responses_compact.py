@@ -26,6 +26,7 @@ from proxy.core.summary_message import render_summary_message
 from proxy.dialects.base import Neutral
 from proxy.dialects.responses import RESPONSES, parse_responses_body
 from proxy.errors import ProxyError
+from proxy.types import ResponsesItem
 
 _MARK = b'"' + PREFIX.encode()
 # What stands for an item of ours that does not open (another caller's, or an old secret's).
@@ -91,7 +92,7 @@ class CompactItems:
     def reply(self, body: dict[str, Any], encrypted: str, *, reply_id: str) -> LocalReply:
         items = body.get("input")
         users = [_user(item) for item in items if _is_user(item)] if isinstance(items, list) else []
-        item = {
+        item: ResponsesItem = {
             "type": "compaction",
             "id": f"cmp_{reply_id}",
             "encrypted_content": encrypted,
@@ -114,7 +115,7 @@ def _ours(item: object) -> bool:
     )
 
 
-def _open(item: dict[str, Any], seal: ItemSeal, tenant: str) -> dict[str, Any]:
+def _open(item: ResponsesItem, seal: ItemSeal, tenant: str) -> ResponsesItem:
     """The summary an item of ours holds, as a developer message the provider reads (a system
     ``<agent_summary>`` would be taken for one the proxy injected and dropped as stale)."""
     summary = seal.open(tenant, item["encrypted_content"])
@@ -134,7 +135,7 @@ def _is_user(item: object) -> bool:
     )
 
 
-def _user(item: dict[str, Any]) -> dict[str, Any]:
+def _user(item: ResponsesItem) -> ResponsesItem:
     """A user message as the endpoint returns it (Codex reads content parts, never a string)."""
     content = item.get("content")
     if isinstance(content, str):

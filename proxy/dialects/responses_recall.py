@@ -20,6 +20,7 @@ from proxy.compaction.dialect.recall import (
     as_mapping,
 )
 from proxy.dialects.chat_recall import recall_parameters, with_tool
+from proxy.types import ResponsesItem
 
 
 class ResponsesRecall:
@@ -173,7 +174,7 @@ class ResponsesStrip:
         return item.get("type") != "function_call" or item.get("name") != self._name
 
 
-def _said(item: Mapping[str, Any]) -> dict[str, Any]:
+def _said(item: Mapping[str, Any]) -> ResponsesItem:  # an output message, as sent back
     parts = item.get("content")
     parts = parts if isinstance(parts, list) else []
     text = "".join(

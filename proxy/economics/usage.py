@@ -32,9 +32,9 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, cast
 
-__all__ = ["BilledUsage", "Wire", "billed_usage"]
+__all__ = ["AnthropicUsage", "BilledUsage", "OpenAIUsage", "TokenDetails", "Wire", "billed_usage"]
 
 Wire = Literal["chat", "responses", "messages"]  # the dialects' names (proxy/dialects)
 
@@ -42,6 +42,35 @@ Wire = Literal["chat", "responses", "messages"]  # the dialects' names (proxy/di
 # JSON strings out: there a quote is always escaped (`\"usage\"`).
 _USAGE_KEY = re.compile(r'[{,]\s*"usage"\s*:\s*(?=\{)')
 _DECODER = json.JSONDecoder()
+
+
+# The usage objects as the SDKs declare them. A provider's body is not trusted to match: each
+# count is still checked where it is read (``_count``), so an int here is what is expected, not
+# what was proved.
+
+
+class TokenDetails(TypedDict, total=False):
+    cached_tokens: int  # read from the prompt cache
+    cache_write_tokens: int  # written to it (OpenAI's GPT-5.6 family on)
+
+
+class OpenAIUsage(TypedDict, total=False):
+    """chat completions' ``usage`` (``prompt_``/``completion_tokens``) and the Responses API's
+    (``input_``/``output_tokens``): one reader serves both, each reads its own names."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_tokens_details: TokenDetails
+    input_tokens: int
+    output_tokens: int
+    input_tokens_details: TokenDetails
+
+
+class AnthropicUsage(TypedDict, total=False):
+    input_tokens: int  # neither read from nor written to the cache
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +95,13 @@ def billed_usage(body: bytes, wire: Wire) -> BilledUsage | None:
     if not found:
         return None
     if wire == "messages":
-        return _anthropic(found)
-    return _openai(found[-1], wire)
+        return _anthropic(cast("list[AnthropicUsage]", found))
+    return _openai(cast("OpenAIUsage", found[-1]), wire)
 
 
 def _usage_objects(text: str) -> list[dict[str, Any]]:
-    """Every ``"usage": {...}`` object in ``text`` that decodes, in order."""
+    """Every ``"usage": {...}`` object in ``text`` that decodes, in order: JSON as it came in
+    (any keys, any values), read as the wire's usage shape by the caller."""
     out = []
     for match in _USAGE_KEY.finditer(text):
         try:
@@ -83,27 +113,27 @@ def _usage_objects(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def _count(data: Mapping[str, Any] | None, key: str) -> int | None:
+def _count(value: object) -> int | None:
     """A token count: a non-negative integer, or None (absent, null or of another type)."""
-    value = data.get(key) if isinstance(data, Mapping) else None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return value
 
 
-def _openai(usage: Mapping[str, Any], wire: Wire) -> BilledUsage | None:
-    prompt_key, output_key, details_key = (
-        ("prompt_tokens", "completion_tokens", "prompt_tokens_details")
-        if wire == "chat"
-        else ("input_tokens", "output_tokens", "input_tokens_details")
-    )
-    prompt, output = _count(usage, prompt_key), _count(usage, output_key)
+def _openai(usage: OpenAIUsage, wire: Wire) -> BilledUsage | None:
+    if wire == "chat":
+        prompt, output = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+    else:
+        prompt, output = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
+        details = usage.get("input_tokens_details")
     if prompt is None or output is None:
         return None
-    details = usage.get(details_key)
+    if not isinstance(details, Mapping):  # absent, null, or not an object
+        details = TokenDetails()
     # A report that does not add up (cached beyond the prompt) is clamped, not trusted whole.
-    cached = min(_count(details, "cached_tokens") or 0, prompt)
-    written = min(_count(details, "cache_write_tokens") or 0, prompt - cached)
+    cached = min(_count(details.get("cached_tokens")) or 0, prompt)
+    written = min(_count(details.get("cache_write_tokens")) or 0, prompt - cached)
     return BilledUsage(
         input_uncached=prompt - cached - written,
         cached_read=cached,
@@ -112,19 +142,19 @@ def _openai(usage: Mapping[str, Any], wire: Wire) -> BilledUsage | None:
     )
 
 
-def _anthropic(found: list[dict[str, Any]]) -> BilledUsage | None:
+def _anthropic(found: list[AnthropicUsage]) -> BilledUsage | None:
     """The last usage object, its input figures taken from the nearest earlier one that has
     them when it has none (a stream's ``message_delta`` after its ``message_start``)."""
     last = found[-1]
-    output = _count(last, "output_tokens")
+    output = _count(last.get("output_tokens"))
     if output is None:
         return None
-    source = next((u for u in reversed(found) if _count(u, "input_tokens") is not None), None)
+    source = next((u for u in reversed(found) if _count(u.get("input_tokens")) is not None), None)
     if source is None:
         return None
     return BilledUsage(
-        input_uncached=_count(source, "input_tokens") or 0,
-        cached_read=_count(source, "cache_read_input_tokens") or 0,
-        cache_write=_count(source, "cache_creation_input_tokens") or 0,
+        input_uncached=_count(source.get("input_tokens")) or 0,
+        cached_read=_count(source.get("cache_read_input_tokens")) or 0,
+        cache_write=_count(source.get("cache_creation_input_tokens")) or 0,
         output=output,
     )
