@@ -17,6 +17,7 @@ from proxy.core.facts import FactCache, FactLookup
 from proxy.core.interactions import strip_agent_summaries
 from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.state.tenancy import Credentials, Tenancy
+from proxy.types import ChatMessage
 
 CHAT_ROUTE = "chat"  # the dialect of a conversation built without one (the admin API's)
 
@@ -33,7 +34,7 @@ class Conversation:
     model: str
     model_info: ModelInfo | None
     credentials: Credentials | None  # the caller's, for a summarizer that uses the caller's key
-    messages: list[dict[str, Any]]  # cleaned: what checkpoints index and hash
+    messages: list[ChatMessage]  # cleaned: what checkpoints index and hash
     body: dict[str, Any]
     raw: bytes
     # What is known of its messages: a request's view of the fact cache (closed once the

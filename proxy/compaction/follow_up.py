@@ -13,7 +13,6 @@ follow-up takes over: what this one is then told goes to it.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 from proxy import tracing
 from proxy.compaction.conversation import Conversation
@@ -27,7 +26,7 @@ from proxy.compaction.rescue import OverflowRescue
 from proxy.compaction.summaries.ahead import PendingSummary
 from proxy.core.plan import Plan
 from proxy.events import Listeners
-from proxy.types import RawHeaders
+from proxy.types import ChatMessage, RawHeaders
 
 
 class PlannedFollowUp:
@@ -37,7 +36,7 @@ class PlannedFollowUp:
         self,
         conv: Conversation,
         sent: Plan,
-        original: list[dict[str, Any]],
+        original: list[ChatMessage],
         *,
         models: ModelInfos,
         listeners: Listeners,

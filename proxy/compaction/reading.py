@@ -32,6 +32,7 @@ from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
 from proxy.errors import PayloadTooLarge
 from proxy.state.tenancy import Tenancy, credential_from_headers, resolve_conversation_id
+from proxy.types import ChatMessage
 
 T = TypeVar("T")
 
@@ -66,7 +67,7 @@ class Planned:
     conv: Conversation
     checkpoint: Checkpoint | None
     current: Plan
-    messages: list[dict[str, Any]]  # as the dialect read them
+    messages: list[ChatMessage]  # as the dialect read them
     pinned: str | None  # the checkpoint the request pins (read-only: no summary)
 
 

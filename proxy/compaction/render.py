@@ -11,7 +11,7 @@ from proxy.compaction import protocol
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import CompactionDecided
 from proxy.core.plan import Plan
-from proxy.types import RawHeaders
+from proxy.types import ChatMessage, RawHeaders
 
 OFF = CompactionDecided("off", "off")
 
@@ -61,7 +61,7 @@ def raw_with_cache_key(conv: Conversation) -> bytes:
 def render(
     conv: Conversation,
     current: Plan,
-    original: list[dict[str, Any]],
+    original: list[ChatMessage],
     outcome: str,
     *,
     retried: bool = False,

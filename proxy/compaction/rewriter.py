@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from proxy import tracing
 from proxy.compaction import protocol
@@ -44,7 +44,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.economics.prices import PriceTable
 from proxy.errors import SummarizerError
 from proxy.events import Listeners
-from proxy.types import HeaderView, RawHeaders
+from proxy.types import ChatMessage, HeaderView, RawHeaders
 
 logger = logging.getLogger("proxy.compaction")
 T = TypeVar("T")
@@ -279,7 +279,7 @@ class Rewriter:
         self,
         conv: Conversation,
         sent: Plan,
-        messages: list[dict[str, Any]],
+        messages: list[ChatMessage],
         pending: PendingSummary | None,
         *,
         paced: bool = False,

@@ -35,10 +35,9 @@ _CONTENT_REQUIRED = frozenset({"system", "developer", "user", "tool"})
 _PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})  # need nothing but content
 
 
-# dict[str, Any]: the edge, a request body's JSON; past this check the core reads the list as
-# ChatMessage (``chat_messages``).
-def validate_messages(raw: object, *, facts: FactLookup | None = None) -> list[dict[str, Any]]:
-    """Check a request's ``messages``; return the same list of dicts or raise InvalidMessage.
+# The edge: a request body's JSON comes in; past this check the list is read as ChatMessage.
+def validate_messages(raw: object, *, facts: FactLookup | None = None) -> list[ChatMessage]:
+    """Check a request's ``messages``; return the same list or raise InvalidMessage.
 
     With ``facts`` (``proxy.core.facts``) a message validated before, on this turn or an
     earlier one, is not checked again.
@@ -51,12 +50,12 @@ def validate_messages(raw: object, *, facts: FactLookup | None = None) -> list[d
     if cache is None:
         for index, message in enumerate(raw):
             _validate_message(index, message)
-        return raw
+        return cast("list[ChatMessage]", raw)
     for index, known in enumerate(cache.scan(raw)):
         if not known.valid:
             _validate_message(index, raw[index])
             known.valid = True
-    return raw
+    return cast("list[ChatMessage]", raw)
 
 
 def _validate_message(index: int, message: object) -> None:
@@ -125,21 +124,6 @@ def _validate_function(index: int, field: str, function: object) -> None:
         raise InvalidMessage(index, f"{field}.name", "must be a string")
     if not isinstance(function.get("arguments", ""), str):
         raise InvalidMessage(index, f"{field}.arguments", "must be a string")
-
-
-# --- the edge with plain dicts -----------------------------------------------------------------
-
-
-def chat_messages(messages: list[dict[str, Any]]) -> list[ChatMessage]:
-    """A validated history as the core plans on it. The edge with callers that still hold it as
-    plain dicts (compaction, the tools): ``validate_messages`` made them chat messages, the cast
-    only says so; nothing is copied."""
-    return cast("list[ChatMessage]", messages)
-
-
-def plain_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """The core's messages handed back to callers that hold plain dicts (the same list)."""
-    return cast("list[dict[str, Any]]", messages)
 
 
 # --- reading -----------------------------------------------------------------------------------

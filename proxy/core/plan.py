@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from proxy.core.interactions import Grouping
 from proxy.core.keep import kept_tokens, task_tokens
-from proxy.core.messages import plain_messages
 from proxy.core.policy import PolicySettings
 from proxy.core.summary_message import render_summary_message
 from proxy.core.tokens import TokenCounter
@@ -41,7 +40,7 @@ class SummaryRequest:
     """What a new summary must cover: ``messages`` = source[start:covered], extending
     ``previous`` (the prior summary's text) when there is one."""
 
-    messages: tuple[dict[str, Any], ...]  # what the summarizer reads: compaction holds dicts
+    messages: tuple[ChatMessage, ...]  # what the summarizer reads
     previous: str | None
     start: int
     covered: int
@@ -64,7 +63,7 @@ class PlanContext:
 class PlanBasis(TypedDict):
     """The fields of a ``Plan`` measured before any strategy runs (the same for every strategy)."""
 
-    source: list[dict[str, Any]]
+    source: list[ChatMessage]
     strategy: str
     tokens_before: int
     grouping: Grouping
@@ -74,9 +73,8 @@ class PlanBasis(TypedDict):
 
 @dataclass(frozen=True)
 class Plan:
-    # Plain dicts: what compaction and the tools read of a plan (the core plans on ChatMessage).
-    messages: list[dict[str, Any]]  # the exact list to send
-    source: list[dict[str, Any]]  # the cleaned incoming list (what checkpoints index and hash)
+    messages: list[ChatMessage]  # the exact list to send
+    source: list[ChatMessage]  # the cleaned incoming list (what checkpoints index and hash)
     strategy: str
     fired: tuple[str, ...]  # hard triggers crossed: compaction is due now
     near: tuple[str, ...]  # triggers past soft_fraction (includes fired): summarize ahead
@@ -154,7 +152,7 @@ class Plan:
         messages, kept_from, task, tokens = assemble(ctx, self.grouping, head, covered)
         return replace(
             self,
-            messages=plain_messages(messages),
+            messages=messages,
             tokens_after=tokens,
             kept_from=kept_from,
             task=task,

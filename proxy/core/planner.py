@@ -40,13 +40,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, group, strip_agent_summaries
 from proxy.core.keep import first_kept, kept_tokens
-from proxy.core.messages import chat_messages, plain_messages
 from proxy.core.pins import PINNED, pinned, unpinned
 from proxy.core.plan import (
     Plan,
@@ -69,7 +67,7 @@ RESCUE_VERBATIM_SHARE = 0.75
 
 
 def plan(
-    messages: list[dict[str, Any]],  # validated (``proxy.core.messages``), as compaction holds them
+    messages: list[ChatMessage],  # validated (``proxy.core.messages``)
     policy: PolicySettings,
     *,
     model: str,
@@ -97,7 +95,6 @@ def plan(
         if policy.strategy == "off"
         else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
     )
-    chat = chat_messages(source)  # what the core plans on; the plan hands plain dicts back
     grouping = group(source)
     compacts = policy.strategy != "off"
     if compacts and (policy.pin or any(PINNED in m for m in source)):
@@ -113,12 +110,12 @@ def plan(
     # each batch saves its threshold where the provider bills it (and stays byte-stable until
     # the next summary, which moves the prefix anyway).
     in_use = _prior_cut(prior, grouping) if prior is not None and prior.active else None
-    working, counts = chat, source_counts
+    working, counts = source, source_counts
     cleared: tuple[int, ...] = ()
     clearing = policy.clear_tool_results
     if clearing.older_than_interactions or clearing.older_than_rounds:
         working, counts, cleared = clear_tool_results(
-            chat, source_counts, grouping, policy, counter, model, start=in_use or 0
+            source, source_counts, grouping, policy, counter, model, start=in_use or 0
         )
     per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
     base = PlanBasis(
@@ -149,12 +146,12 @@ def plan(
     )
     window = model_info.context_window if model_info else None
     decision = _STRATEGIES[policy.strategy](
-        _Measured(ctx, chat, source_counts, grouping, window, force, fire), prior
+        _Measured(ctx, source, source_counts, grouping, window, force, fire), prior
     )
     sent, kept_from, task, tokens_after = assemble(ctx, grouping, decision.head, decision.render_at)
     applied = decision.applied
     return Plan(
-        messages=plain_messages(sent),
+        messages=sent,
         fired=decision.current.fired,
         near=decision.current.near,
         interactions_left=decision.current.interactions_left,
@@ -312,9 +309,7 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
     worth = head_with is None or _smaller(m, head_with, cut)
     if current.near and cut > start and worth:
         previous = prior.text if prior is not None and prior_cut is not None else None
-        summarized = unpinned(
-            plain_messages(m.source), start, cut, grouping.pinned
-        )  # pins are sent as they are
+        summarized = unpinned(m.source, start, cut, grouping.pinned)  # pins are sent as they are
         summary_request = SummaryRequest(summarized, previous, start, cut)
     render_at = prior_cut if applied is not None and prior_cut is not None else preamble
     short = room if room.short and summary_request is not None else None

@@ -40,7 +40,7 @@ from typing import Any
 
 from proxy import wirejson
 from proxy.core.facts import FactLookup
-from proxy.core.messages import FAILED, plain_messages
+from proxy.core.messages import FAILED, content_text
 from proxy.core.pins import PINNED
 from proxy.core.plan import Plan
 from proxy.dialects.anthropic_cache import with_injected_mark
@@ -283,7 +283,7 @@ def _render_system(body: dict[str, Any], plan: Plan) -> tuple[bool, object]:
         if wire is not None and _is_turn(wire):
             continue  # a system message inside ``messages`` stays there
         if wire is None:
-            added.append({"type": "text", "text": message["content"]})
+            added.append({"type": "text", "text": content_text(message.get("content"))})
         else:
             kept.extend(wire)
     original = body.get("system")
@@ -355,7 +355,7 @@ class AnthropicMessages:
         messages = _system_messages(body.get("system"))
         for message in body["messages"]:
             messages.extend(_neutral_messages(message))
-        return Neutral(plain_messages(messages), _tools(body.get("tools")))
+        return Neutral(messages, _tools(body.get("tools")))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         out = {**body, "messages": _render_messages(plan)}

@@ -27,7 +27,6 @@ from typing import Any, Final, Protocol
 
 from proxy.compaction.dialect.translation import Neutral, Translator
 from proxy.core.digests import DIALECT_FIELD as HASHED
-from proxy.core.messages import chat_messages
 from proxy.core.plan import Plan
 from proxy.errors import ProxyError
 from proxy.types import ChatMessage
@@ -58,7 +57,7 @@ def wire_groups(plan: Plan) -> Iterator[tuple[list[Any] | None, list[ChatMessage
     neutral messages); an injected message (no ``_wire``) comes as (None, [message])."""
     current: list[Any] | None = None
     members: list[ChatMessage] = []
-    for message in chat_messages(plan.messages):
+    for message in plan.messages:
         wire = message.get(WIRE)
         if wire is not None and wire is current:
             members.append(message)

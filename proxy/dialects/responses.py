@@ -30,7 +30,6 @@ from typing import Any
 
 from proxy import wirejson
 from proxy.core.facts import FactLookup
-from proxy.core.messages import plain_messages
 from proxy.core.plan import Plan
 from proxy.dialects.base import HASHED, WIRE, Neutral, cleared_wires, wire_groups
 from proxy.dialects.error_shapes import openai_error_body
@@ -337,7 +336,7 @@ class Responses:
             builder.messages.append({"role": "system", "content": instructions, WIRE: []})
         for index, item in enumerate(items):
             builder.add(index, item)
-        return Neutral(plain_messages(builder.finish()), body.get("tools"))
+        return Neutral(builder.finish(), body.get("tools"))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         cleared = cleared_wires(plan)

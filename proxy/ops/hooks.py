@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -160,7 +160,9 @@ class Hooks:
                 model=conv.model,
                 dialect=conv.route,
                 checkpoint=current.applied_checkpoint,
-                messages=copy.deepcopy(messages),  # a hook that fails leaves nothing behind
+                # A hook that fails leaves nothing behind; what it gets is plain JSON to edit
+                # freely (its own copy, checked again by validate_messages when it returns).
+                messages=cast("list[dict[str, Any]]", copy.deepcopy(messages)),
             )
             edited = await self._call(
                 hook, "before_send", partial(hook.instance.before_send, request)

@@ -15,6 +15,7 @@ from proxy.core.messages import calls_text, content_text
 from proxy.core.plan_view import describe_plan
 from proxy.core.triggers import compile_conditions
 from proxy.tools.dry_run import DryRun
+from proxy.types import ChatMessage
 
 PREVIEW_CHARS = 80
 
@@ -203,7 +204,7 @@ def _sent(run: DryRun, title: str) -> Table:
     return table
 
 
-def _preview(message: dict[str, Any]) -> str:
+def _preview(message: ChatMessage) -> str:
     text = content_text(message.get("content"))
     calls = calls_text(message)
     if calls:
@@ -216,7 +217,7 @@ def _range(start: int, end: int) -> str:
     return f"{start}" if end - start == 1 else f"{start}..{end - 1}"
 
 
-def _roles(messages: list[dict[str, Any]]) -> Text:
+def _roles(messages: list[ChatMessage]) -> Text:
     """Roles in order, repeats folded: "user, assistant (2 calls), tool x2, assistant"."""
     labels: list[str] = []
     for message in messages:

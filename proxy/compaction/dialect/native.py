@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from proxy.core.policy import PolicySettings
 from proxy.economics.usage import BilledUsage
+from proxy.types import ChatMessage
 
 logger = logging.getLogger("proxy.compaction")
 
@@ -116,7 +117,7 @@ class NativeAdapter(Protocol):
 
 
 def ask_of(
-    policy: PolicySettings, messages: Sequence[dict[str, Any]] | None, window: int | None
+    policy: PolicySettings, messages: Sequence[ChatMessage] | None, window: int | None
 ) -> NativeAsk:
     """The provider's context management a ``native`` policy implies: its trigger (input tokens,
     else the fraction of a known window), its keep counted in tool uses, its clearing batch."""
@@ -137,7 +138,7 @@ def ask_of(
     )
 
 
-def _kept_tool_uses(policy: PolicySettings, messages: Sequence[dict[str, Any]] | None) -> int:
+def _kept_tool_uses(policy: PolicySettings, messages: Sequence[ChatMessage] | None) -> int:
     """The tool uses inside what the policy's keep keeps verbatim, as the planner keeps it: the
     last N messages, the last N interactions (0: the current task's newest tool round), at
     least one; a keep in tokens or a fraction keeps the provider's default."""
@@ -156,7 +157,7 @@ def _kept_tool_uses(policy: PolicySettings, messages: Sequence[dict[str, Any]] |
     return max(1, _uses(messages[start:]))
 
 
-def _uses(messages: Sequence[dict[str, Any]]) -> int:
+def _uses(messages: Sequence[ChatMessage]) -> int:
     return sum(len(m.get("tool_calls") or ()) for m in messages)
 
 

@@ -16,13 +16,14 @@ from proxy.compaction.dialect.native import NativeAdapter
 from proxy.compaction.dialect.recall import RecallShape
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
+from proxy.types import ChatMessage
 
 
 @dataclass(frozen=True)
 class Neutral:
     """A request's conversation in the core's model."""
 
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     tools: object = None  # tool schemas, counted as part of the prompt
 
 

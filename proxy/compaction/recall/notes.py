@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from proxy.config.recall import RecallSettings
 from proxy.core.clearing import CLEARED_STUB
 from proxy.core.plan import Plan
 from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
+from proxy.types import ChatMessage, ToolCall
 
 # The core's stub (proxy/core/clearing.py), its token count captured.
 _STUB = re.compile("^" + re.escape(CLEARED_STUB).replace(re.escape("{tokens}"), r"(\d+)") + "$")
@@ -92,13 +93,12 @@ def annotate(
         at = _summary_at(messages)
         if at is not None and covered:
             index = _index(covered, settings)
-            content = messages[at]["content"]
-            head = content[: -len(CLOSE_TAG)].rstrip("\n")
+            head = text_of(messages[at].get("content"))[: -len(CLOSE_TAG)].rstrip("\n")
             messages[at] = {**messages[at], "content": f"{head}\n\n{index}\n{CLOSE_TAG}"}
     if not pieces:
         return Notes(plan, {})
     added = sum(
-        count(new["content"]) - count(old["content"])
+        count(text_of(new.get("content"))) - count(text_of(old.get("content")))
         for old, new in zip(plan.messages, messages, strict=True)
         if old is not new
     )
@@ -110,7 +110,7 @@ def _stub_text(piece: Piece, tokens: int) -> str:
     return f"[tool result cleared to save context: {label}, {tokens:,} tokens; recall id {piece.handle}]"
 
 
-def _calls_by_id(source: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+def _calls_by_id(source: list[ChatMessage]) -> dict[str, tuple[str, str]]:
     """tool_call_id -> (tool name, arguments in brief), each on one line."""
     found: dict[str, tuple[str, str]] = {}
     for message in source:
@@ -120,12 +120,12 @@ def _calls_by_id(source: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+def _tool_calls(message: ChatMessage) -> list[ToolCall]:
     calls = message.get("tool_calls")
     return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
-def _call_parts(call: dict[str, Any]) -> tuple[str, object]:
+def _call_parts(call: Mapping[str, Any]) -> tuple[str, object]:
     """A call's name and arguments, whatever its type: a ``function`` call's, a ``custom``
     one's (its ``input``); a shape this does not know is a call of "tool"."""
     for kind, arguments in (("function", "arguments"), ("custom", "input")):
@@ -179,7 +179,7 @@ def _json_text(value: object) -> str:
     return wirejson.encode(value).decode("utf-8", "replace")
 
 
-def _tool_piece(salt: str, result: dict[str, Any], calls: dict[str, tuple[str, str]]) -> Piece:
+def _tool_piece(salt: str, result: ChatMessage, calls: dict[str, tuple[str, str]]) -> Piece:
     call_id = str(result.get("tool_call_id"))
     name, args = calls.get(call_id, (_one_line(str(result.get("name") or "tool"), _ARGS_CHARS), ""))
     text = text_of(result.get("content"))
@@ -224,7 +224,7 @@ def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings) -> list[Pie
     return pieces
 
 
-def _names(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> list[str]:
+def _names(message: ChatMessage, calls: dict[str, tuple[str, str]]) -> list[str]:
     """The tools a message called, as "name args" in brief."""
     found = []
     for call in _tool_calls(message):
@@ -233,7 +233,7 @@ def _names(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> list[s
     return found
 
 
-def _line(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> str:
+def _line(message: ChatMessage, calls: dict[str, tuple[str, str]]) -> str:
     """One message of a segment: its role, then its text, each further line of it indented, so
     that a line of a tool's output never reads as a turn of its own."""
     role = str(message.get("role"))
@@ -250,7 +250,7 @@ def _line(message: dict[str, Any], calls: dict[str, tuple[str, str]]) -> str:
     return f"{head}: " + text.replace("\n", "\n" + _INDENT)
 
 
-def _summary_at(messages: list[dict[str, Any]]) -> int | None:
+def _summary_at(messages: list[ChatMessage]) -> int | None:
     for n, message in enumerate(messages):
         content = message.get("content")
         if (

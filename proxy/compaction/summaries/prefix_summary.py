@@ -29,7 +29,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from proxy import wirejson
 from proxy.compaction.dialect.translation import Translator
@@ -41,6 +41,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.economics.prices import Price
 from proxy.economics.usage import BilledUsage, Wire, billed_usage
 from proxy.errors import ProxyError, SummarizerError
+from proxy.types import ChatMessage, MessageView
 
 # Sends a body like the request's to the same provider endpoint with the caller's credentials
 # and returns the decoded body of a 2xx answer; ProxyError otherwise (proxy.proxying.resend).
@@ -85,9 +86,7 @@ def prefix_is_cheaper(
     return on_prefix < quoted
 
 
-def instruction_for(
-    messages: Sequence[dict[str, Any]], covered: int, focus: str | None = None
-) -> str:
+def instruction_for(messages: Sequence[ChatMessage], covered: int, focus: str | None = None) -> str:
     """The instructions, naming the first message that stays verbatim (when there is one) and
     the request's ``X-Compaction-Focus`` (when it sent one)."""
     text = INSTRUCTION
@@ -98,7 +97,7 @@ def instruction_for(
     return text
 
 
-def _describe(message: dict[str, Any]) -> str:
+def _describe(message: MessageView) -> str:
     text = " ".join(content_text(message.get("content")).split()) or calls_text(message)
     text = well_formed(text)
     if len(text) > _DESCRIBE_CHARS:
@@ -108,8 +107,8 @@ def _describe(message: dict[str, Any]) -> str:
 
 async def summarize_on_prefix(
     source: PrefixSource,
-    messages: Sequence[dict[str, Any]],
-    transcript: Sequence[dict[str, Any]],
+    messages: Sequence[ChatMessage],
+    transcript: Sequence[ChatMessage],
     covered: int,
     *,
     model: str,
@@ -157,7 +156,7 @@ def _summary_call(source: PrefixSource, instruction: str, max_tokens: int) -> by
 
 def _finish(
     text: str,
-    transcript: Sequence[dict[str, Any]],
+    transcript: Sequence[ChatMessage],
     model: str,
     max_tokens: int,
     counter: TokenCounter,

@@ -55,6 +55,7 @@ from proxy.core.tokens import TokenCounter, lookup_model
 from proxy.economics.usage import BilledUsage, billed_usage
 from proxy.errors import SummarizerError
 from proxy.events import Listeners
+from proxy.types import ChatMessage
 
 DEFAULT_PROMPT = """You compact long conversations between a user and an AI assistant (often an agent \
 using tools). Write a summary that lets the assistant continue the work without the original turns.
@@ -108,7 +109,7 @@ class Summarizer(Protocol):
 
     async def summarize(
         self,
-        transcript: Sequence[dict[str, Any]],
+        transcript: Sequence[ChatMessage],
         *,
         previous: str | None,
         model: str,
@@ -152,7 +153,7 @@ class OpenAISummarizer:
 
     async def summarize(
         self,
-        transcript: Sequence[dict[str, Any]],
+        transcript: Sequence[ChatMessage],
         *,
         previous: str | None,
         model: str,
@@ -179,7 +180,7 @@ class OpenAISummarizer:
             self._listeners.emit(SummaryOmitted(source.omitted_tokens))
         return await asyncio.to_thread(self._finish, summary, previous, source, model, max_tokens)
 
-    def read(self, transcript: Sequence[dict[str, Any]], model: str, max_tokens: int) -> Source:
+    def read(self, transcript: Sequence[ChatMessage], model: str, max_tokens: int) -> Source:
         """The newest ``max_summarized_tokens`` of ``transcript`` as lines, in chunks of one
         call's budget. Blocking, in proportion to the transcript: run it in a worker thread."""
         budget = max(self._settings.max_input_tokens - max_tokens - _PROMPT_TOKENS, 256)

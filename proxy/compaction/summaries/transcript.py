@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from proxy.core.messages import calls_text, content_text
 from proxy.core.summary_message import escape_tags
 from proxy.core.text import well_formed
 from proxy.core.tokens import TokenCounter, pieces
+from proxy.types import ChatMessage, MessageView
 
 # What users complain a summary loses: kept verbatim when the model dropped them.
 _URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
@@ -65,7 +65,7 @@ def omission_notice(messages: int, tokens: int) -> str:
 
 
 def read_newest(
-    transcript: Sequence[dict[str, Any]],
+    transcript: Sequence[ChatMessage],
     model: str,
     *,
     counter: TokenCounter,
@@ -163,7 +163,7 @@ def chunks(lines: list[str], counts: list[int], budget: int) -> list[str]:
     return chunks
 
 
-def transcript_line(message: dict[str, Any]) -> str:
+def transcript_line(message: MessageView) -> str:
     """One message as a line of the transcript the summarizer reads (tags escaped)."""
     role = str(message.get("role", ""))
     label = f"{role} ({message['name']})" if isinstance(message.get("name"), str) else role
