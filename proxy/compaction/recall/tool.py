@@ -28,7 +28,7 @@ from proxy.compaction.recall.events import (
     RecallOffered,
     RecallRounds,
 )
-from proxy.compaction.recall.notes import Piece, annotate
+from proxy.compaction.recall.notes import CoveredPieces, Piece, annotate
 from proxy.config.recall import RecallSettings
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
@@ -65,6 +65,7 @@ class Recall:
         self._spending = spending
         self._writes = PendingWrites("originals write")
         self._kept: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._covered = CoveredPieces()  # each turn until the next summary covers the same
 
     async def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
         """The plan to render (stubs naming handles, the summary's index) and the session of a
@@ -100,7 +101,16 @@ class Recall:
         for settings in (self.settings, self.settings.model_copy(update={"index_entries": 0})):
             # A pass over the messages, hashing what was removed: off the loop for a big body.
             notes = await work(
-                conv.heavy, partial(annotate, plan, salt=salt, settings=settings, count=count)
+                conv.heavy,
+                partial(
+                    annotate,
+                    plan,
+                    salt=salt,
+                    settings=settings,
+                    count=count,
+                    covered_pieces=self._covered,
+                    facts=conv.facts,
+                ),
             )
             if not notes.pieces:
                 break
