@@ -136,7 +136,10 @@ def annotate(
         return known[0]
 
     pieces: dict[str, Piece] = {}
-    results = {m.get("tool_call_id"): m for m in source if m.get("role") in ("tool", "function")}
+    tools = ("tool", "function")
+    results = (
+        {m.get("tool_call_id"): m for m in source if m.get("role") in tools} if plan.cleared else {}
+    )
     cleared_ids = {source[i].get("tool_call_id") for i in plan.cleared}
     messages = list(plan.messages)
     for n, message in enumerate(messages):
