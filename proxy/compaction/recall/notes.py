@@ -56,6 +56,26 @@ class Notes:
 Calls = dict[str, tuple[str, str]]  # tool_call_id -> (tool name, arguments in brief)
 
 
+class Covered:
+    """What a summary covers, as pieces, with its index made once per ``index_entries`` and
+    tool name (every request that sends the summary sends the same index)."""
+
+    __slots__ = ("_indexes", "chars", "ids", "pieces")
+
+    def __init__(self, pieces: list[Piece], ids: frozenset[str] = frozenset()) -> None:
+        self.pieces = pieces
+        self.ids = ids  # the call ids its segments looked up
+        self.chars = sum(len(p.text) for p in pieces)
+        self._indexes: dict[tuple[int, str], str] = {}
+
+    def index(self, settings: RecallSettings) -> str:
+        key = (settings.index_entries, settings.tool_name)
+        text = self._indexes.get(key)
+        if text is None:
+            text = self._indexes[key] = _index(self.pieces, settings)
+        return text
+
+
 class CoveredPieces:
     """What a summary covers, as pieces, remembered across requests: every turn until the next
     summary sends the same covered messages, whose segments would otherwise be rebuilt and
@@ -70,37 +90,33 @@ class CoveredPieces:
     def __init__(self, *, max_entries: int = 256, max_chars: int = 64 << 20) -> None:
         self.max_entries = max_entries
         self.max_chars = max_chars
-        self._entries: OrderedDict[Hashable, tuple[list[Piece], frozenset[str], int]] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[Hashable, Covered] = OrderedDict()
         self._chars = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, later: list[dict[str, Any]]) -> list[Piece] | None:
+    def get(self, key: Hashable, later: list[dict[str, Any]]) -> Covered | None:
         found = self._entries.get(key)
         if found is None:
             return None
-        pieces, ids, _ = found
-        if any(str(c.get("id")) in ids for m in later for c in _tool_calls(m)):
+        if any(str(c.get("id")) in found.ids for m in later for c in _tool_calls(m)):
             return None
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
-        return pieces
+        return found
 
-    def put(self, key: Hashable, pieces: list[Piece], ids: frozenset[str]) -> None:
-        chars = sum(len(p.text) for p in pieces)
-        if chars > self.max_chars:
+    def put(self, key: Hashable, covered: Covered) -> None:
+        if covered.chars > self.max_chars:
             return
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._chars -= old[2]
-            self._entries[key] = (pieces, ids, chars)
-            self._chars += chars
+                self._chars -= old.chars
+            self._entries[key] = covered
+            self._chars += covered.chars
             while len(self._entries) > self.max_entries or self._chars > self.max_chars:
-                _, (_, _, dropped) = self._entries.popitem(last=False)
-                self._chars -= dropped
+                _, dropped = self._entries.popitem(last=False)
+                self._chars -= dropped.chars
 
 
 def handle_of(salt: str, kind: str, text: str) -> str:
@@ -157,11 +173,11 @@ def annotate(
         messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
     if plan.summary_text is not None:
         covered = _covered(salt, plan, settings, calls, covered_pieces, facts)
-        for piece in covered:
+        for piece in covered.pieces:
             pieces.setdefault(piece.handle, piece)
         at = _summary_at(messages)
-        if at is not None and covered:
-            index = _index(covered, settings)
+        if at is not None and covered.pieces:
+            index = covered.index(settings)
             content = messages[at]["content"]
             head = content[: -len(CLOSE_TAG)].rstrip("\n")
             messages[at] = {**messages[at], "content": f"{head}\n\n{index}\n{CLOSE_TAG}"}
@@ -264,23 +280,22 @@ def _covered(
     calls: Callable[[], Calls],
     remembered: CoveredPieces | None,
     facts: FactLookup | None,
-) -> list[Piece]:
+) -> Covered:
     """``_covered_pieces``, from ``remembered`` when it holds them for these messages."""
     if remembered is None or facts is None:
-        return _covered_pieces(salt, plan, settings, calls())
+        return Covered(_covered_pieces(salt, plan, settings, calls()))
     start, end = plan.grouping.preamble_len, plan.cut
     key = (salt, settings.max_result_bytes, start, end, *facts.scan(plan.source[:end]))
-    later = plan.source[end:]
-    pieces = remembered.get(key, later)
-    if pieces is None:
-        pieces = _covered_pieces(salt, plan, settings, calls())
+    covered = remembered.get(key, plan.source[end:])
+    if covered is None:
         ids: set[str] = set()
         for message in plan.source[start:end]:
             ids.update(str(c.get("id")) for c in _tool_calls(message))
             if message.get("role") in ("tool", "function"):
                 ids.add(str(message.get("tool_call_id")))
-        remembered.put(key, pieces, frozenset(ids))
-    return pieces
+        covered = Covered(_covered_pieces(salt, plan, settings, calls()), frozenset(ids))
+        remembered.put(key, covered)
+    return covered
 
 
 def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings, calls: Calls) -> list[Piece]:
