@@ -190,6 +190,10 @@ class TokenCounter:
     def count_text(self, text: str, model: str) -> int:
         return self._length(self.encoding_name(model))(text)
 
+    def count_encoded(self, text: str, encoding: str) -> int:
+        """``count_text`` for a model whose encoding (``encoding_name``) is known already."""
+        return self._length(encoding)(text)
+
     def count_message(self, message: MessageView, model: str) -> int:
         return self.per_message((message,), model)[0]
 

@@ -47,6 +47,9 @@ SECRET_KEY = f"{KEY_PREFIX}:tenant-secret"
 # Sealed conversation ids start with a character a conversation id never contains.
 _SEALED_ID = "!1"
 _ID_KEYS_CACHED = 4096
+# Derived names remembered: one request asks for the same few (its tenant, record, owner,
+# ledger, salt) several times over, and every later request of the conversation asks again.
+_MACS_CACHED = 16_384
 MAX_CONVERSATION_ID = 128
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]+$")
 _PREAMBLE_ROLES = ("system", "developer")
@@ -113,6 +116,7 @@ class Tenancy:
         self._secret = b""
         self.provisional = provisional
         self._id_keys: dict[str, AESGCM] = {}
+        self._macs: dict[tuple[str, ...], str] = {}
         self.adopt(secret, provisional=provisional)
 
     @classmethod
@@ -140,15 +144,24 @@ class Tenancy:
         self._secret = secret
         self.provisional = provisional
         self._id_keys.clear()
+        self._macs.clear()
 
     def _mac(self, purpose: str, *parts: str) -> str:
-        # Each purpose is its own domain, and parts are length-framed, so no two inputs collide.
-        h = hmac.new(self._secret, purpose.encode(), hashlib.sha256)
-        for part in parts:
-            encoded = part.encode()
-            h.update(len(encoded).to_bytes(4, "big"))
-            h.update(encoded)
-        return h.hexdigest()[:32]
+        key = (purpose, *parts)
+        mac = self._macs.get(key)
+        if mac is None:
+            # Each purpose is its own domain, and parts are length-framed, so no two inputs
+            # collide.
+            h = hmac.new(self._secret, purpose.encode(), hashlib.sha256)
+            for part in parts:
+                encoded = part.encode()
+                h.update(len(encoded).to_bytes(4, "big"))
+                h.update(encoded)
+            mac = h.hexdigest()[:32]
+            if len(self._macs) >= _MACS_CACHED:  # names come from clients: stay bounded
+                self._macs.clear()
+            self._macs[key] = mac
+        return mac
 
     def tenant(self, credential: str | None) -> str:
         """The tenant id of a credential; callers without one share the anonymous tenant."""

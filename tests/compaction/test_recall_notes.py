@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from proxy.compaction.recall.answer import matching_lines
-from proxy.compaction.recall.notes import annotate
+from proxy.compaction.recall.notes import CoveredPieces, annotate
 from proxy.config.recall import RecallSettings
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.policy import ClearToolResultsSettings, PolicySettings, TriggerSettings
@@ -94,3 +94,35 @@ def test_a_query_returns_the_matching_lines_and_their_neighbours() -> None:
         "tail",
     ]
     assert matching_lines(text, "absent").startswith("No line of this original contains")
+
+
+def test_what_a_summary_covers_is_built_once_and_never_stale(counter: TokenCounter) -> None:
+    """Each turn until the next summary sends the same index as a fresh build would; a later
+    call that reuses the id of a covered result renames it, as a fresh build names it."""
+    prior = PriorSummary("SUMMARY", 140, "ck1", active=True)
+    settings = RecallSettings(max_result_bytes=4096)
+    remembered = CoveredPieces()
+
+    def both(messages: list[dict]) -> tuple[str, str, str]:
+        p = planned(messages, counter, prior=prior)
+        fresh = annotate(p, salt="s", settings=settings, count=len)
+        kept = annotate(
+            p,
+            salt="s",
+            settings=settings,
+            count=len,
+            covered_pieces=remembered,
+            facts=counter.facts,
+        )
+        assert kept.pieces == fresh.pieces
+        labels = "\n".join(piece.label for piece in kept.pieces.values())
+        return fresh.plan.messages[1]["content"], kept.plan.messages[1]["content"], labels
+
+    first = both(agent(40))
+    assert first[0] == first[1] and "read_file src/m3.py" in first[2]
+    turn = both([*agent(40), user("next")])
+    assert turn[:2] == first[:2]  # the covered messages again: the same index
+    reused = agent(40)
+    reused += [user("again"), assistant(None, ("c3", "grep", '{"pattern": "other"}'))]
+    fresh, kept, labels = both(reused)
+    assert fresh == kept and "grep other" in labels and "read_file src/m3.py" not in labels

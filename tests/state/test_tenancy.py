@@ -27,6 +27,18 @@ def test_tenants_depend_on_credential_and_secret() -> None:
     assert "sk-a" not in tenancy.tenant("sk-a")
 
 
+def test_a_shared_secret_adopted_later_derives_every_name_anew() -> None:
+    """A replica starts on a provisional secret and adopts the one kept in the store: names it
+    derived before (and remembered) must not outlive the secret they came from."""
+    tenancy = Tenancy(b"p" * 32, provisional=True)
+    before = tenancy.tenant("sk-a"), tenancy.record_key("t1", "c1"), tenancy.owner("t1", "c1")
+    tenancy.adopt(SECRET)
+    fresh = Tenancy(SECRET)
+    after = tenancy.tenant("sk-a"), tenancy.record_key("t1", "c1"), tenancy.owner("t1", "c1")
+    assert after == (fresh.tenant("sk-a"), fresh.record_key("t1", "c1"), fresh.owner("t1", "c1"))
+    assert not set(after) & set(before)
+
+
 def test_keys_contain_no_raw_id_or_credential() -> None:
     tenancy = Tenancy(SECRET)
     credential = "sk-live-SUPERSECRETKEY"

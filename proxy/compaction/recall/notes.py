@@ -14,13 +14,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy import wirejson
 from proxy.config.recall import RecallSettings
 from proxy.core.clearing import CLEARED_STUB
+from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
 from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
 from proxy.types import ChatMessage, ToolCall
@@ -51,6 +54,72 @@ class Notes:
     pieces: dict[str, Piece]
 
 
+Calls = dict[str, tuple[str, str]]  # tool_call_id -> (tool name, arguments in brief)
+
+
+class Covered:
+    """What a summary covers, as pieces, with its index made once per ``index_entries`` and
+    tool name (every request that sends the summary sends the same index)."""
+
+    __slots__ = ("_indexes", "chars", "ids", "pieces")
+
+    def __init__(self, pieces: list[Piece], ids: frozenset[str] = frozenset()) -> None:
+        self.pieces = pieces
+        self.ids = ids  # the call ids its segments looked up
+        self.chars = sum(len(p.text) for p in pieces)
+        self._indexes: dict[tuple[int, str], str] = {}
+
+    def index(self, settings: RecallSettings) -> str:
+        key = (settings.index_entries, settings.tool_name)
+        text = self._indexes.get(key)
+        if text is None:
+            text = self._indexes[key] = _index(self.pieces, settings)
+        return text
+
+
+class CoveredPieces:
+    """What a summary covers, as pieces, remembered across requests: every turn until the next
+    summary sends the same covered messages, whose segments would otherwise be rebuilt and
+    hashed again from the whole transcript each time. Bounded by entries and by characters
+    held; safe to share with worker threads (changes under a lock).
+
+    Keyed by the facts (``proxy.core.facts``) of the messages up to the cut: one facts object
+    stands for one exact message content, so the key is exact, never a hash standing for the
+    messages. A segment also names the calls its messages refer to, looked up by id in the whole
+    list: an entry is used only when no later message has a call of one of those ids."""
+
+    def __init__(self, *, max_entries: int = 256, max_chars: int = 64 << 20) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._entries: OrderedDict[Hashable, Covered] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, later: list[ChatMessage]) -> Covered | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        if any(str(c.get("id")) in found.ids for m in later for c in _tool_calls(m)):
+            return None
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+        return found
+
+    def put(self, key: Hashable, covered: Covered) -> None:
+        if covered.chars > self.max_chars:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._chars -= old.chars
+            self._entries[key] = covered
+            self._chars += covered.chars
+            while len(self._entries) > self.max_entries or self._chars > self.max_chars:
+                _, dropped = self._entries.popitem(last=False)
+                self._chars -= dropped.chars
+
+
 def handle_of(salt: str, kind: str, text: str) -> str:
     """A short handle (``r`` + 10 base32 characters, 50 bits) for ``text`` in one conversation."""
     digest = hashlib.blake2b(
@@ -60,17 +129,34 @@ def handle_of(salt: str, kind: str, text: str) -> str:
 
 
 def annotate(
-    plan: Plan, *, salt: str, settings: RecallSettings, count: Callable[[str], int]
+    plan: Plan,
+    *,
+    salt: str,
+    settings: RecallSettings,
+    count: Callable[[str], int],
+    covered_pieces: CoveredPieces | None = None,
+    facts: FactLookup | None = None,
 ) -> Notes:
     """``plan`` with its stubs naming their handles and its summary ending with an index; the
     pieces they name. ``count``: a text's tokens, to keep ``tokens_after`` true to what is sent.
-    A plan that removed nothing comes back as it is, with no pieces."""
+    A plan that removed nothing comes back as it is, with no pieces. With ``covered_pieces``
+    and ``facts`` (the request's), what a summary covers is built once for all the requests
+    that send it."""
     if not plan.changed or (not plan.cleared and plan.summary_text is None):
         return Notes(plan, {})
     source = plan.source
-    calls = _calls_by_id(source)
+    known: list[Calls] = []
+
+    def calls() -> Calls:  # parsing every call's arguments: only when a piece is built
+        if not known:
+            known.append(_calls_by_id(source))
+        return known[0]
+
     pieces: dict[str, Piece] = {}
-    results = {m.get("tool_call_id"): m for m in source if m.get("role") in ("tool", "function")}
+    tools = ("tool", "function")
+    results = (
+        {m.get("tool_call_id"): m for m in source if m.get("role") in tools} if plan.cleared else {}
+    )
     cleared_ids = {source[i].get("tool_call_id") for i in plan.cleared}
     messages = list(plan.messages)
     for n, message in enumerate(messages):
@@ -83,16 +169,16 @@ def annotate(
         original = results.get(message.get("tool_call_id"))
         if original is None:
             continue
-        piece = _tool_piece(salt, original, calls)
+        piece = _tool_piece(salt, original, calls())
         pieces[piece.handle] = piece
         messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
     if plan.summary_text is not None:
-        covered = _covered_pieces(salt, plan, settings)
-        for piece in covered:
+        covered = _covered(salt, plan, settings, calls, covered_pieces, facts)
+        for piece in covered.pieces:
             pieces.setdefault(piece.handle, piece)
         at = _summary_at(messages)
-        if at is not None and covered:
-            index = _index(covered, settings)
+        if at is not None and covered.pieces:
+            index = covered.index(settings)
             head = text_of(messages[at].get("content"))[: -len(CLOSE_TAG)].rstrip("\n")
             messages[at] = {**messages[at], "content": f"{head}\n\n{index}\n{CLOSE_TAG}"}
     if not pieces:
@@ -110,9 +196,9 @@ def _stub_text(piece: Piece, tokens: int) -> str:
     return f"[tool result cleared to save context: {label}, {tokens:,} tokens; recall id {piece.handle}]"
 
 
-def _calls_by_id(source: list[ChatMessage]) -> dict[str, tuple[str, str]]:
+def _calls_by_id(source: list[ChatMessage]) -> Calls:
     """tool_call_id -> (tool name, arguments in brief), each on one line."""
-    found: dict[str, tuple[str, str]] = {}
+    found: Calls = {}
     for message in source:
         for call in _tool_calls(message):
             name, arguments = _call_parts(call)
@@ -179,7 +265,7 @@ def _json_text(value: object) -> str:
     return wirejson.encode(value).decode("utf-8", "replace")
 
 
-def _tool_piece(salt: str, result: ChatMessage, calls: dict[str, tuple[str, str]]) -> Piece:
+def _tool_piece(salt: str, result: ChatMessage, calls: Calls) -> Piece:
     call_id = str(result.get("tool_call_id"))
     name, args = calls.get(call_id, (_one_line(str(result.get("name") or "tool"), _ARGS_CHARS), ""))
     text = text_of(result.get("content"))
@@ -187,12 +273,36 @@ def _tool_piece(salt: str, result: ChatMessage, calls: dict[str, tuple[str, str]
     return Piece(handle_of(salt, "tool:" + call_id, text), label, text)
 
 
-def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings) -> list[Piece]:
+def _covered(
+    salt: str,
+    plan: Plan,
+    settings: RecallSettings,
+    calls: Callable[[], Calls],
+    remembered: CoveredPieces | None,
+    facts: FactLookup | None,
+) -> Covered:
+    """``_covered_pieces``, from ``remembered`` when it holds them for these messages."""
+    if remembered is None or facts is None:
+        return Covered(_covered_pieces(salt, plan, settings, calls()))
+    start, end = plan.grouping.preamble_len, plan.cut
+    key = (salt, settings.max_result_bytes, start, end, *facts.scan(plan.source[:end]))
+    covered = remembered.get(key, plan.source[end:])
+    if covered is None:
+        ids: set[str] = set()
+        for message in plan.source[start:end]:
+            ids.update(str(c.get("id")) for c in _tool_calls(message))
+            if message.get("role") in ("tool", "function"):
+                ids.add(str(message.get("tool_call_id")))
+        covered = Covered(_covered_pieces(salt, plan, settings, calls()), frozenset(ids))
+        remembered.put(key, covered)
+    return covered
+
+
+def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings, calls: Calls) -> list[Piece]:
     """Under a summary: what it covers, as a transcript packed oldest first into segments of at
     most ``max_result_bytes`` (one recall returns a whole segment). Packing from the start is
     stable: a later summary covering more keeps the earlier segments, handles and all."""
     start, end = plan.grouping.preamble_len, plan.cut
-    calls = _calls_by_id(plan.source)
     limit = settings.max_result_bytes - len(TRUNCATED)
     pieces: list[Piece] = []
     lines: list[str] = []
@@ -224,7 +334,7 @@ def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings) -> list[Pie
     return pieces
 
 
-def _names(message: ChatMessage, calls: dict[str, tuple[str, str]]) -> list[str]:
+def _names(message: ChatMessage, calls: Calls) -> list[str]:
     """The tools a message called, as "name args" in brief."""
     found = []
     for call in _tool_calls(message):
@@ -233,7 +343,7 @@ def _names(message: ChatMessage, calls: dict[str, tuple[str, str]]) -> list[str]
     return found
 
 
-def _line(message: ChatMessage, calls: dict[str, tuple[str, str]]) -> str:
+def _line(message: ChatMessage, calls: Calls) -> str:
     """One message of a segment: its role, then its text, each further line of it indented, so
     that a line of a tool's output never reads as a turn of its own."""
     role = str(message.get("role"))

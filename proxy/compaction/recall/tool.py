@@ -9,6 +9,7 @@ forwarder, whose loop (``proxy/proxying/recall/loop.py``) answers the model's ca
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,7 @@ from proxy.compaction.recall.events import (
     RecallOffered,
     RecallRounds,
 )
-from proxy.compaction.recall.notes import Piece, annotate
+from proxy.compaction.recall.notes import CoveredPieces, Piece, annotate
 from proxy.config.recall import RecallSettings
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
@@ -65,6 +66,9 @@ class Recall:
         self._spending = spending
         self._writes = PendingWrites("originals write")
         self._kept: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._covered = CoveredPieces()  # each turn until the next summary covers the same
+        self._counts = _TextCounts(counter)
+        self._tools: dict[tuple[RecallShape, str], int] = {}  # the tool's tokens, by encoding
 
     async def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
         """The plan to render (stubs naming handles, the summary's index) and the session of a
@@ -82,7 +86,7 @@ class Recall:
         if shape is None or not (plan.cleared or plan.summary_text):
             return plan, None
         salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
-        count = partial(self._counter.count_text, model=conv.model)
+        count = partial(self._counts.count, encoding=self._counter.encoding_name(conv.model))
         tool = self._tool_tokens(conv, shape)  # sent too
         # Left out when it would make the prompt bigger than the client's own (a compaction that
         # saves less than the tool: a saving that grows with the conversation, so the tool does
@@ -100,7 +104,16 @@ class Recall:
         for settings in (self.settings, self.settings.model_copy(update={"index_entries": 0})):
             # A pass over the messages, hashing what was removed: off the loop for a big body.
             notes = await work(
-                conv.heavy, partial(annotate, plan, salt=salt, settings=settings, count=count)
+                conv.heavy,
+                partial(
+                    annotate,
+                    plan,
+                    salt=salt,
+                    settings=settings,
+                    count=count,
+                    covered_pieces=self._covered,
+                    facts=conv.facts,
+                ),
             )
             if not notes.pieces:
                 break
@@ -120,8 +133,13 @@ class Recall:
         return None if shape is None else self._tool_tokens(conv, shape)
 
     def _tool_tokens(self, conv: Conversation, shape: RecallShape) -> int:
-        offered = shape.offer({}, self.settings.tool_name, self.settings.description) or {}
-        return self._counter.count_tools(offered.get("tools"), conv.model)
+        """Counted once per dialect and encoding: the tool is the same bytes every time."""
+        key = (shape, self._counter.encoding_name(conv.model))
+        tokens = self._tools.get(key)
+        if tokens is None:
+            offered = shape.offer({}, self.settings.tool_name, self.settings.description) or {}
+            tokens = self._tools[key] = self._counter.count_tools(offered.get("tools"), conv.model)
+        return tokens
 
     def shape_for(self, conv: Conversation) -> RecallShape | None:
         """The dialect's recall shape when this request may be given the tool once its plan
@@ -163,6 +181,32 @@ class Recall:
 
     async def join(self) -> None:
         await self._writes.join()
+
+
+class _TextCounts:
+    """The tokens of the texts recall's notes change (a summary message with its index, the
+    stubs), remembered: every turn until the next summary counts the same texts again. Bounded
+    by the characters held (dropped all at once past them); safe to share with worker threads."""
+
+    def __init__(self, counter: TokenCounter, *, max_chars: int = 4 << 20) -> None:
+        self._counter = counter
+        self._max_chars = max_chars
+        self._known: dict[tuple[str, str], int] = {}
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def count(self, text: str, *, encoding: str) -> int:
+        key = (encoding, text)
+        tokens = self._known.get(key)
+        if tokens is None:
+            tokens = self._counter.count_encoded(text, encoding)
+            with self._lock:
+                if self._chars + len(text) > self._max_chars:
+                    self._known.clear()
+                    self._chars = 0
+                self._known[key] = tokens
+                self._chars += len(text)
+        return tokens
 
 
 @dataclass
