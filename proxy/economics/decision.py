@@ -23,13 +23,17 @@ rule, in dollars (``decide``):
   ``K / T + g c T / 2`` a turn, least at ``T* = sqrt(2K / (g c))``. The excess ``E = P - C``
   took ``E / g`` turns to grow, so now is the moment once ``E / g >= T*``, which is: the
   break-even ``K / (E c)`` is within ``E / (2g)`` turns. Without it a conversation that goes on
-  compacts every few turns, each time writing the new prefix for a small saving. This weighs a
-  next compaction only: the first one has no period to keep (it is "now or never" over the
-  turns to come), and a summary made ahead of time is paid for (waiting would leave it unused).
+  compacts every few turns, each time writing the new prefix for a small saving. The first
+  compaction weighs it too: it has the same choice (a small cut now, its whole new prefix
+  written for a saving of a few tokens a turn, or a larger one later), and a break-even within
+  the turns the conversation has had is as likely as not to fall after it ends (a public
+  opencode session compacted at turn 53 to repay in 23 turns, and ended 11 turns later). Only a
+  summary made ahead of time is not held back: it is paid for (waiting would leave it unused).
 
 Kept simple on purpose: later turns are priced as if the cache stays warm (a pause past the TTL
 would make each saving larger, so the rule errs towards not compacting), the comparison is
-"now or not at all" over the remaining turns, and all tokens are the provider's. An unpriced
+now against a later compaction at a steady growth (or against never, over the remaining
+turns), and all tokens are the provider's. An unpriced
 model (``Price.priced`` false) is not decided by price: the caller keeps its token thresholds.
 """
 
@@ -59,7 +63,6 @@ class Outlook:
     cache_warm: bool  # the conversation's previous request was within the cache TTL
     window_forced: bool = False  # the uncompacted prompt does not fit the model's window
     summary_cached_tokens: int = 0  # of the summarizer's prompt, read from the cache
-    compacted_before: bool = False  # the prompt already applies a summary: this is a next one
     # Of the compacted prompt, the tokens at its start the provider still holds cached (the
     # tools and system prompt a summary leaves as they are; 0 when the compaction moves them).
     kept_prefix_tokens: int = 0
@@ -110,8 +113,7 @@ def decide(
     # Waiting costs less beyond this many turns; not for a summary made ahead of time (its cost
     # is spent: waiting would only leave it unused).
     to_make = outlook.summary_input_tokens > 0 or outlook.summary_output_tokens > 0
-    again = outlook.compacted_before and to_make and per_turn > 0
-    later = excess / (2 * per_turn) if again else math.inf
+    later = excess / (2 * per_turn) if to_make and per_turn > 0 else math.inf
     within = min(max(outlook.remaining_turns, 0.0), later)
     pays = break_even is not None and break_even <= within
     if outlook.window_forced or pays:

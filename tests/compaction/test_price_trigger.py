@@ -108,9 +108,10 @@ def test_a_long_conversation_is_compacted_once_a_summary_pays(tiktoken_files: ob
 
 def test_an_unpriced_model_is_decided_at_the_reference_prices(tiktoken_files: object) -> None:
     """A model without a price is decided at ``pricing.reference``: compacted as a model with
-    those prices is; with no reference, left to the token thresholds."""
-    bodies = [turns(n, model="some-unpriced-model") for n in range(2, 14)]
-    twin = [turns(n, model="twin-model") for n in range(2, 14)]
+    those prices is; with no reference, left to the token thresholds. (At Sonnet's prices a
+    cut pays once it is worth more than waiting for a larger one: a longer conversation.)"""
+    bodies = [turns(n, model="some-unpriced-model") for n in range(2, 24)]
+    twin = [turns(n, model="twin-model") for n in range(2, 24)]
     gaps = [MINUTE] * len(bodies)
 
     def outcomes(config: str, sent: list[bytes]) -> list[str]:

@@ -70,7 +70,9 @@ def test_one_new_tool_outcome_asks_for_one_summary(
     policy = {
         "strategy": "summarize",
         "mode": "inline",
-        "trigger": {"context_fraction": 0, trigger: ["run_tests"]},
+        # Not weighed by price: what is tested is that one outcome fires once (the price
+        # decision, which would hold back a cut this small, is tests/compaction/test_price_trigger).
+        "trigger": {"context_fraction": 0, trigger: ["run_tests"], "pays": False},
         "keep": {"tokens": 1000},
     }
     server = start_proxy(summarizing(mock.url, policy=policy))

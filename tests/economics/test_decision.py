@@ -12,6 +12,7 @@ from proxy.economics.prices import UNPRICED, PriceTable
 
 TABLE = PriceTable()
 GPT41 = TABLE.price("gpt-4.1")  # 2.00 in, 0.50 cached, 2.00 write, 8.00 out
+GPT5 = TABLE.price("gpt-5")  # 1.25 in, 0.125 cached, 1.25 write, 10.00 out
 MINI = TABLE.price("gpt-4o-mini")  # 0.15, 0.075, 0.15, 0.60
 SONNET = TABLE.price("claude-sonnet-4-5")  # 3.00, 0.30, 3.75, 15.00
 
@@ -116,11 +117,8 @@ def test_compacting_again_soon_after_a_compaction_waits_until_the_excess_is_wort
         summary_input_tokens=11_000,
         summary_output_tokens=800,
         remaining_turns=60,
-        compacted_before=True,
     )
     decision = decide(soon, GPT41, summarizer_price=MINI)
-    # A first compaction is "now or never": 7.98 turns are within the 60 to come.
-    assert decide(replace(soon, compacted_before=False), GPT41, summarizer_price=MINI).compact
     assert decision.break_even_turns == pytest.approx(0.03988 / 0.005)
     assert not decision.compact and decision.reason == "does-not-pay"
     # With 30k of excess (60k -> 30k) the break-even is 2.2 turns, within 30k / 3k = 10: compact.
@@ -130,7 +128,6 @@ def test_compacting_again_soon_after_a_compaction_waits_until_the_excess_is_wort
         summary_input_tokens=31_000,
         summary_output_tokens=800,
         remaining_turns=60,
-        compacted_before=True,
     )
     assert decide(later, GPT41, summarizer_price=MINI).compact
 
@@ -143,7 +140,6 @@ def test_a_summary_made_ahead_is_not_held_back_for_later() -> None:
         summary_input_tokens=0,
         summary_output_tokens=0,
         remaining_turns=60,
-        compacted_before=True,
     )
     # K = (30000*2 - 22250) / 1e6 = $0.03775, $0.005 a turn: 7.55 turns, beyond 10000 / 3000
     assert decide(ready, GPT41).compact
@@ -160,3 +156,30 @@ def test_a_prefix_the_compaction_leaves_in_place_is_read_from_the_cache() -> Non
     assert decide(outlook(kept_prefix_tokens=0), GPT41).cost == pytest.approx(0.23075)
     cold = outlook(kept_prefix_tokens=10_000, cache_warm=False)
     assert decide(cold, GPT41).cost == decide(replace(cold, kept_prefix_tokens=0), GPT41).cost
+
+
+def test_a_first_compaction_that_cuts_little_waits_for_a_larger_cut() -> None:
+    """The first compaction is weighed against a later one too, not only against never: it has
+    the same choice as every next one (compacting at a larger excess later costs less than a
+    small cut now, whose new prefix is written for little), and a break-even within the turns a
+    conversation has had is as likely as not to fall after it ends."""
+    # A public opencode session through long-chat.yaml at turn 53 of 65 (keep: 8 interactions):
+    # 32042 tokens compacted to 22766 by a summary of 11224 read, 1122 written, 568 a turn, gpt-5
+    # with gpt-4o-mini summarizing. K = (11224*0.15 + 1122*0.6 + 22766*1.25 - (31474*0.125 +
+    # 568*1.25)) / 1e6 = $0.02617; each later turn reads 9276 fewer cached: $0.00116, break-even
+    # 22.6 turns. Within the 52 the conversation had had (the session ended 11 turns later), but
+    # the 9276 excess took 16.3 turns to grow: a later, larger cut costs less (22.6 > 8.2).
+    small = Outlook(
+        prompt_tokens=32_042,
+        compacted_tokens=22_766,
+        summary_input_tokens=11_224,
+        summary_output_tokens=1_122,
+        growth_per_turn=568,
+        remaining_turns=52,
+        cache_warm=True,
+    )
+    decision = decide(small, GPT5, summarizer_price=MINI)
+    assert decision.break_even_turns == pytest.approx(26_170.05 / 1_159.5)
+    assert not decision.compact and decision.reason == "does-not-pay"
+    # Cut to 10000 the same prompt repays its K of $0.01021 in 3.7 turns, within 19.4: compact.
+    assert decide(replace(small, compacted_tokens=10_000), GPT5, summarizer_price=MINI).compact

@@ -226,7 +226,6 @@ class PriceTrigger:
             growth_per_turn=growth,
             remaining_turns=pace.samples * REMAINING_SHARE,
             cache_warm=warm,
-            compacted_before=current.applied_checkpoint is not None,
             kept_prefix_tokens=moved.kept_tokens,
         )
         summarizer_price = self._prices.price(own.model)
