@@ -123,6 +123,7 @@ async def forward(request: Upstream, decision: Decision, client: Downstream) -> 
         except UpstreamError as error:
             # Headers are out: all that is left is to end the client's connection unfinished.
             exchange.status = cut_off(error, route=client.route)
+            exchange.cut_off = True
             return
         finally:
             await response.aclose()

@@ -34,7 +34,6 @@ from proxy.proxying.recall.loop import RecallStage
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
 from proxy.proxying.resend import Resend
 from proxy.proxying.targets import AnthropicTarget, Target
-from proxy.server.abort import was_cut_off
 from proxy.server.access_log import Exchange
 from proxy.types import HeaderView, Receive, Scope, Send
 from proxy.upstream.base import UpstreamClient
@@ -87,7 +86,7 @@ class _Route:
                     route=self.label,
                     status=exchange.status,
                     upstream_seconds=None if upstream_ms is None else upstream_ms / 1000,
-                    cut_off=was_cut_off(),
+                    cut_off=exchange.cut_off,
                     added_seconds=None if exchange.added_ms is None else exchange.added_ms / 1000,
                 )
             )
