@@ -8,6 +8,7 @@ gets back a ``Decision`` (the body to send, headers to add, what to do after the
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
@@ -43,9 +44,10 @@ PASS_THROUGH = Decision(body=None)
 
 
 class Compaction(Protocol):
-    """Compaction as the routes see it: one call per compacted request."""
+    """Compaction as the routes see it: one call per compacted request, which each route is
+    handed once, when it is built (``decide_for`` its label)."""
 
-    async def decide(self, incoming: Incoming) -> Decision: ...
+    def decide_for(self, route: str) -> Callable[[Incoming], Awaitable[Decision]]: ...
 
 
 @dataclass
@@ -117,6 +119,7 @@ class CompactedRoute(_Route):
         self.target = target
         self.label = dialect.name
         self.operation = "chat"
+        self._decide = resources.compaction.decide_for(self.label)
         # What this route can do with an answer; compaction picks what each request needs.
         self.stages = AnswerStages(
             native=NativeStage,
@@ -151,7 +154,7 @@ class CompactedRoute(_Route):
             try:
                 if recording:
                     res.listeners.emit(RequestRead(headers, await body.read(), dialect))
-                decision = await res.compaction.decide(incoming)
+                decision = await self._decide(incoming)
             finally:
                 notice.stop()
             if notice.gone:  # nothing sent for a client that has left
