@@ -106,6 +106,8 @@ def test_a_plain_request_enters_nothing_it_does_not_ask_for(plain_trace: set[str
         "proxy/compaction/money/paying.py",  # a prompt the price trigger does not weigh
         "proxy/compaction/agents/",  # a route no agent compacts on
         "proxy/compaction/compactor.py",  # the route calls the rewriter straight
+        "proxy/compaction/settings.py",  # configuration, read as attributes
+        "proxy/config/",  # the settings, read as attributes
         "proxy/compaction/offload.py",  # a small body
         "proxy/core/pins.py",  # nothing pinned
         "proxy/core/clearing.py",  # no clear_tool_results
