@@ -255,7 +255,7 @@ class Rewriter:
         assert self._recall is not None
         planned = current.tokens_after
         current, session = await self._recall.prepare(conv, current)
-        if current.tokens_after != planned and tracing.is_on():  # no span: an attribute
+        if current.tokens_after != planned and tracing.on:  # no span: an attribute
             tracing.annotate({"compaction.recall.notes_tokens": current.tokens_after - planned})
         return current, session
 

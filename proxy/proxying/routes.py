@@ -77,7 +77,7 @@ class _Route:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange.begin(scope)
         try:
-            if tracing.is_on():
+            if tracing.on:
                 await self._traced(scope, receive, send, exchange)
             else:
                 await self._serve(scope, receive, send, exchange)
@@ -131,7 +131,7 @@ class CompactedRoute(_Route):
         res, dialect = self.resources, self.dialect
         headers = HeaderView.of(scope["headers"])
         target = self.target.resolve(headers)
-        if tracing.is_on():
+        if tracing.on:
             provider = "anthropic" if isinstance(target, AnthropicTarget) else "openai"
             tracing.annotate({"gen_ai.provider.name": provider})
         limit = res.server.max_body_bytes

@@ -95,7 +95,7 @@ class ResilientBackend:
         self._counters.backend_calls += 1
         try:
             async with asyncio.timeout(self._timeout * factor):
-                if self._traced and tracing.is_on():
+                if self._traced and tracing.on:
                     with tracing.span("store", {"compaction.store": self._backend.name}):
                         result = await call(self._backend)
                 else:
