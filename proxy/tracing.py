@@ -4,7 +4,8 @@ Off unless the operator's ``OTEL_*`` environment asks for traces (``proxy/ops/tr
 builds the SDK and calls ``install``; docs/operations.md, "Traces"). While off, every function
 here is one ``is None`` test: ``span()`` hands back a shared do-nothing context manager, nothing
 is allocated, no context variable is touched, and the client's ``traceparent`` crosses to the
-provider untouched, as any other header.
+provider untouched, as any other header. The request path of a plain request tests ``on`` before
+it calls in at all.
 
 While on, a client request is one SERVER span (``serve``), named and attributed after the GenAI
 semantic conventions (``gen_ai.*``: ``{operation} {model}``), continuing the client's
@@ -36,6 +37,10 @@ RECALL_ROUND = "compaction.recall"
 Attributes = Mapping[str, Any]
 
 _tracer: Tracer | None = None
+# Whether a tracer is installed. Read as an attribute (``tracing.on``) where a request would
+# otherwise call in only to learn that nothing is traced: a request that is not traced never
+# enters this module.
+on = False
 _OFF: AbstractContextManager[None] = nullcontext()
 # The request's SERVER span and its GenAI operation, for what is learned deeper down (model,
 # compaction outcome, usage). Set only while tracing is on.
@@ -44,12 +49,9 @@ _request: ContextVar[tuple[Span, str] | None] = ContextVar("proxy_request_span",
 
 def install(tracer: Tracer | None) -> None:
     """Turn tracing on with ``tracer`` (None: off again). Called by the app only."""
-    global _tracer
+    global _tracer, on
     _tracer = tracer
-
-
-def is_on() -> bool:
-    return _tracer is not None
+    on = tracer is not None
 
 
 def span(

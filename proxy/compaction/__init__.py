@@ -1,7 +1,8 @@
 """Compaction on the request path: what a request to a compacted route becomes.
 
-The route makes one call, ``Compactor.decide(Incoming) -> Decision`` (``decision``); the
-decision's ``FollowUp`` (``follow_up``) hears the provider's answer. The root holds the shared
+The route makes one call per request, ``Incoming -> Decision`` (``decision``): the one
+``Compactor.decide_for`` handed it when it was built (``Compactor.decide``, or straight the
+rewriter's on a route where no agent's own compaction is answered); the decision's ``FollowUp`` (``follow_up``) hears the provider's answer. The root holds the shared
 leaves and the pipeline; each axis is a sub-package (tests/compaction/test_axes.py keeps every
 import going down its floors):
 

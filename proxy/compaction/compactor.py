@@ -14,7 +14,7 @@ compaction use the same parts (``conversation_of``, ``deepest_checkpoint``, ``pl
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -107,6 +107,14 @@ class Compactor:
             if answered is not None:
                 return answered
         return await self._rewriter.decide(incoming)
+
+    def decide_for(self, route: str) -> Callable[[Incoming], Awaitable[Decision]]:
+        """What the route labelled ``route`` calls for each of its requests: ``decide``, or the
+        rewriter's own when no agent's compaction is served on that route (known when the
+        routes are built, so their requests take no detour through here)."""
+        if self._agents is not None and route in self._agents.routes:
+            return self.decide
+        return self._rewriter.decide
 
     async def join(self) -> None:
         """Wait for the writes the answered requests left under way: their books (ledger,

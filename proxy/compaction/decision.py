@@ -1,5 +1,5 @@
-"""The crossing between the route and compaction: the route hands one ``Incoming`` to
-``Compactor.decide`` and gets one ``Decision``: the body to send, the headers to add to the
+"""The crossing between the route and compaction: the route hands one ``Incoming`` to the call
+``Compactor.decide_for`` gave it and gets one ``Decision``: the body to send, the headers to add to the
 answer, a ``FollowUp`` with named steps for after the answer, and the ``AnswerStage``s the
 forwarder runs on the provider's answer before it is relayed (docs/architecture.md, "The path
 of one request").

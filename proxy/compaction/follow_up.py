@@ -68,7 +68,7 @@ class PlannedFollowUp:
         if self._spending is None:
             return
         usage = read_usage(self._conv.route, tail) if status == 200 else None
-        if usage is not None:
+        if usage is not None and tracing.on:
             tracing.usage(
                 input_tokens=usage.prompt,
                 output_tokens=usage.output,

@@ -6,6 +6,8 @@ the planner's prior summary, counted through the conversation's facts.
 
 from __future__ import annotations
 
+from functools import partial
+
 from proxy import tracing
 from proxy.compaction.conversation import Conversation
 from proxy.core.checkpoints import Checkpoint
@@ -40,19 +42,23 @@ def plan_with(
         if checkpoint is not None
         else None
     )
+    planning = partial(
+        plan,
+        conv.messages,
+        conv.policy,
+        model=conv.model,
+        counter=counter.with_facts(conv.facts),
+        model_info=conv.model_info,
+        prior=prior,
+        tools=conv.tools,
+        force=force,
+        budget_tokens=budget,
+        fire=fire,
+    )
+    if not tracing.on:
+        return planning()
     with tracing.span("compaction.plan") as traced:
-        planned = plan(
-            conv.messages,
-            conv.policy,
-            model=conv.model,
-            counter=counter.with_facts(conv.facts),
-            model_info=conv.model_info,
-            prior=prior,
-            tools=conv.tools,
-            force=force,
-            budget_tokens=budget,
-            fire=fire,
-        )
+        planned = planning()
         if traced is not None:
             traced.set_attributes(
                 {

@@ -1,15 +1,18 @@
-"""Which policy a request gets: X-Compaction-Policy, then routes, then ``default``."""
+"""Which policy a request gets: X-Compaction-Policy, then routes, then ``default``; and which
+request gets none, by its headers alone (``untouched``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Protocol
 
 from proxy.compaction import protocol
-from proxy.config.settings import Route
+from proxy.config.settings import ConversationSettings, Route
 from proxy.core.policy import PolicySettings
 from proxy.errors import InvalidRequest
+from proxy.state.tenancy import conversation_header
 from proxy.types import HeaderView
 
 
@@ -22,6 +25,35 @@ class PolicyTable(Protocol):
 
     @property
     def routes(self) -> Sequence[Route]: ...
+
+
+class RequestRules(PolicyTable, Protocol):
+    """A policy table and how a conversation is named (``CompactionSettings``)."""
+
+    @property
+    def conversation(self) -> ConversationSettings: ...
+
+
+@dataclass(frozen=True)
+class Untouched:
+    """A request compaction leaves as it came, decided by its headers alone; ``policy``: the
+    policy it asked for, when that policy is off."""
+
+    policy: str | None = None
+
+
+def untouched(rules: RequestRules, headers: HeaderView) -> Untouched | None:
+    """Whether the headers alone send this request through unread: ``X-Compaction: off``, no
+    conversation id under ``missing: passthrough``, or a policy asked for that is off."""
+    if protocol.switched_off(headers):
+        return Untouched()
+    conversation = rules.conversation
+    if conversation.missing == "passthrough" and conversation_header(headers, conversation) is None:
+        return Untouched()
+    named = protocol.asked_policy(headers)
+    if named is not None and named in rules.policies and rules.policies[named].strategy == "off":
+        return Untouched(named)
+    return None
 
 
 def _matches(

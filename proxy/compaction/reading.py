@@ -102,7 +102,8 @@ class Reader:
         body = await cpu(heavy, incoming.dialect.parse, raw)
         model = body.get("model") or ""
         policy_name, policy = choose_policy(self._settings, headers, model=model, tenant=tenant)
-        tracing.request_model(model)
+        if tracing.on:
+            tracing.request_model(model)
         return Asked(incoming, raw, body, heavy, model, tenant, policy_name, policy, facts, focus)
 
     async def plan(self, asked: Asked) -> Planned | None:

@@ -29,6 +29,7 @@ from proxy.compaction.money.paying import PriceTrigger
 from proxy.compaction.money.spending import Spending
 from proxy.compaction.native.calls import NativeCalls, NativeRequest, unchanged
 from proxy.compaction.planning import may_pay, must_summarize_now, outcome_of, plan_with
+from proxy.compaction.policies import untouched
 from proxy.compaction.reading import Asked, Planned, Reader, cpu
 from proxy.compaction.recall.tool import Recall, RecallSession
 from proxy.compaction.render import OFF, decided, render
@@ -93,8 +94,8 @@ class Rewriter:
         """The response headers of a request the headers alone send through untouched, or None.
         Such a request is never parsed (a relay must not pay for what it does not read): its
         bytes go out as they came."""
-        untouched = self._settings.untouched(headers)
-        return None if untouched is None else self._off(untouched.policy)
+        alone = untouched(self._settings, headers)
+        return None if alone is None else self._off(alone.policy)
 
     async def decide(self, incoming: Incoming) -> Decision:
         headers = incoming.headers
@@ -254,7 +255,7 @@ class Rewriter:
         assert self._recall is not None
         planned = current.tokens_after
         current, session = await self._recall.prepare(conv, current)
-        if current.tokens_after != planned and tracing.is_on():  # no span: an attribute
+        if current.tokens_after != planned and tracing.on:  # no span: an attribute
             tracing.annotate({"compaction.recall.notes_tokens": current.tokens_after - planned})
         return current, session
 

@@ -5,19 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from proxy.compaction import protocol
 from proxy.config.recall import RecallSettings
 from proxy.config.settings import ConversationSettings, Route, Settings, SummarizerSettings
 from proxy.core.policy import PolicySettings
-from proxy.types import HeaderView
-
-
-@dataclass(frozen=True)
-class Untouched:
-    """A request compaction leaves as it came, decided by its headers alone; ``policy``: the
-    policy it asked for, when that policy is off."""
-
-    policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -32,21 +22,6 @@ class CompactionSettings:
     summarizer: SummarizerSettings
     max_messages: int
     recall: RecallSettings = field(default_factory=RecallSettings)
-
-    def untouched(self, headers: HeaderView) -> Untouched | None:
-        """Whether the headers alone send this request through unread: ``X-Compaction: off``,
-        no conversation id under ``missing: passthrough``, or a policy asked for that is off."""
-        if protocol.switched_off(headers):
-            return Untouched()
-        if (
-            self.conversation.missing == "passthrough"
-            and self.conversation.named_by(headers) is None
-        ):
-            return Untouched()
-        named = protocol.asked_policy(headers)
-        if named is not None and named in self.policies and self.policies[named].strategy == "off":
-            return Untouched(named)
-        return None
 
     @classmethod
     def of(cls, settings: Settings) -> CompactionSettings:

@@ -6,17 +6,11 @@ import each other."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from proxy.config.sections import Section as _Section
-
-
-class HeaderLookup(Protocol):
-    """What ``named_by`` reads headers through: a ``HeaderView`` or a plain mapping."""
-
-    def get(self, name: str, /) -> str | None: ...
 
 
 class StoreSettings(_Section):
@@ -128,12 +122,3 @@ class ConversationSettings(_Section):
     def own_header(self) -> str:
         """The proxy's own header (the first): the one taken off what is forwarded."""
         return self.header[0]
-
-    def named_by(self, headers: HeaderLookup) -> tuple[str, str] | None:
-        """The first configured header present in ``headers`` (lower-cased names, as a
-        ``HeaderView`` or the request's mapping holds them) and its value; None if none is."""
-        for name in self.header:
-            value = headers.get(name.lower())
-            if value is not None:
-                return name, value
-        return None

@@ -21,6 +21,7 @@ from proxy.config.store import ConversationSettings
 from proxy.errors import ProxyError
 from proxy.events import Listeners
 from proxy.proxying.events import RequestRead
+from proxy.state.tenancy import conversation_header
 
 logger = logging.getLogger("proxy.recorder")
 
@@ -46,7 +47,7 @@ class Recorder:
             body = request.body
         except ProxyError:
             return  # not a chat request anyone could replay; the request path answers it
-        named = self._conversation.named_by(request.headers)
+        named = conversation_header(request.headers, self._conversation)
         if named is not None:
             body = {**body, "conversation": named[1]}
         line = wirejson.encode(body) + b"\n"

@@ -53,7 +53,7 @@ class Upstream:
     async def _send(
         self, headers: RawHeaders, body: bytes | AsyncIterator[bytes] | None
     ) -> UpstreamResponse:
-        if not tracing.is_on():
+        if not tracing.on:
             return await self.client.send(self.method, self.url, headers, body)
         # The provider call's span lasts until its response headers (the relay is the request's).
         with tracing.span(
@@ -116,13 +116,14 @@ async def forward(request: Upstream, decision: Decision, client: Downstream) -> 
         response = answer.response
         if answer.decision.follow_up is not None and not answer.observed:
             response = tail = ResponseTail(response)
-        if tracing.is_on():
+        if tracing.on:
             tracing.annotate(protocol.span_attributes(answer.decision.response_headers))
         try:
             await relay(response, send, exchange, extra_headers=answer.decision.response_headers)
         except UpstreamError as error:
             # Headers are out: all that is left is to end the client's connection unfinished.
             exchange.status = cut_off(error, route=client.route)
+            exchange.cut_off = True
             return
         finally:
             await response.aclose()

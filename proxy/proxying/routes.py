@@ -8,6 +8,7 @@ gets back a ``Decision`` (the body to send, headers to add, what to do after the
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
@@ -34,7 +35,6 @@ from proxy.proxying.recall.loop import RecallStage
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
 from proxy.proxying.resend import Resend
 from proxy.proxying.targets import AnthropicTarget, Target
-from proxy.server.abort import was_cut_off
 from proxy.server.access_log import Exchange
 from proxy.types import HeaderView, Receive, Scope, Send
 from proxy.upstream.base import UpstreamClient
@@ -44,9 +44,10 @@ PASS_THROUGH = Decision(body=None)
 
 
 class Compaction(Protocol):
-    """Compaction as the routes see it: one call per compacted request."""
+    """Compaction as the routes see it: one call per compacted request, which each route is
+    handed once, when it is built (``decide_for`` its label)."""
 
-    async def decide(self, incoming: Incoming) -> Decision: ...
+    def decide_for(self, route: str) -> Callable[[Incoming], Awaitable[Decision]]: ...
 
 
 @dataclass
@@ -76,7 +77,7 @@ class _Route:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange.begin(scope)
         try:
-            if tracing.is_on():
+            if tracing.on:
                 await self._traced(scope, receive, send, exchange)
             else:
                 await self._serve(scope, receive, send, exchange)
@@ -87,7 +88,7 @@ class _Route:
                     route=self.label,
                     status=exchange.status,
                     upstream_seconds=None if upstream_ms is None else upstream_ms / 1000,
-                    cut_off=was_cut_off(),
+                    cut_off=exchange.cut_off,
                     added_seconds=None if exchange.added_ms is None else exchange.added_ms / 1000,
                 )
             )
@@ -118,6 +119,7 @@ class CompactedRoute(_Route):
         self.target = target
         self.label = dialect.name
         self.operation = "chat"
+        self._decide = resources.compaction.decide_for(self.label)
         # What this route can do with an answer; compaction picks what each request needs.
         self.stages = AnswerStages(
             native=NativeStage,
@@ -129,7 +131,7 @@ class CompactedRoute(_Route):
         res, dialect = self.resources, self.dialect
         headers = HeaderView.of(scope["headers"])
         target = self.target.resolve(headers)
-        if tracing.is_on():
+        if tracing.on:
             provider = "anthropic" if isinstance(target, AnthropicTarget) else "openai"
             tracing.annotate({"gen_ai.provider.name": provider})
         limit = res.server.max_body_bytes
@@ -152,7 +154,7 @@ class CompactedRoute(_Route):
             try:
                 if recording:
                     res.listeners.emit(RequestRead(headers, await body.read(), dialect))
-                decision = await res.compaction.decide(incoming)
+                decision = await self._decide(incoming)
             finally:
                 notice.stop()
             if notice.gone:  # nothing sent for a client that has left

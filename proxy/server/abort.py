@@ -35,11 +35,6 @@ def cut_off(error: UpstreamError, *, route: str) -> int:
     return error.status_code
 
 
-def was_cut_off() -> bool:
-    """Whether the current request's response was cut off by ``cut_off``."""
-    return _CUT_OFF.get()
-
-
 class QuietAborts(logging.Filter):
     """Drops uvicorn's "returned without completing response" for responses we cut off."""
 

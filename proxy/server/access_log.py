@@ -38,6 +38,9 @@ class Exchange:
     answered: bool = False  # the provider's response headers came
     responded: bool = False  # a response status was sent to the client
     client_left: bool = False  # the client went away after its response started, before its end
+    # The provider failed after the response headers went out, and the proxy ended the client's
+    # response unfinished on purpose (proxy.server.abort.cut_off).
+    cut_off: bool = False
     arrived: float = 0.0  # time.perf_counter() when the route took the request
     # From its arrival until it was sent upstream: the proxy's own work (compaction's reading,
     # planning, an inline summary). None: nothing was sent upstream.

@@ -52,6 +52,16 @@ _PRIMARY_LOCK = "r."
 _FALLBACK_LOCK = "l."
 
 
+def _breaker_for(backend: Backend, settings: StoreSettings) -> CircuitBreaker | None:
+    """The circuit breaker of a backend across the network; None for the in-process one, which
+    never fails or times out (a breaker there would only be asked, never opened)."""
+    if backend.name == MemoryBackend.name:
+        return None
+    return CircuitBreaker(
+        failures=settings.breaker_failures, cooldown=settings.breaker_cooldown_seconds
+    )
+
+
 class Store:
     """Checkpoint semantics over a backend: what a load, a write, a lock or an admin change means
     for a conversation's record. The backend's failures, the sealing, the listing and the secret
@@ -76,10 +86,7 @@ class Store:
             tenancy=tenancy,
             counters=self.counters,
             timeout=settings.operation_timeout_seconds,
-            breaker=breaker
-            or CircuitBreaker(
-                failures=settings.breaker_failures, cooldown=settings.breaker_cooldown_seconds
-            ),
+            breaker=breaker or _breaker_for(backend, settings),
             fallback=fallback,
         )
         self._records = SealedRecords(

@@ -52,7 +52,7 @@ class ResilientBackend:
         tenancy: Tenancy,
         counters: StoreCounters,
         timeout: float,
-        breaker: CircuitBreaker,
+        breaker: CircuitBreaker | None,
         fallback: MemoryBackend | None = None,
     ) -> None:
         self.fallback = fallback
@@ -60,6 +60,8 @@ class ResilientBackend:
         self._tenancy = tenancy
         self._counters = counters
         self._timeout = timeout
+        # None for an in-process backend: it never fails or times out, so there is nothing to
+        # skip (set by the store, once).
         self._breaker = breaker
         self._outage_since: float | None = None
         self._last_error: str | None = None
@@ -87,13 +89,13 @@ class ResilientBackend:
         if keyed and self._tenancy.provisional:
             self._counters.skipped += 1
             raise StoreError("store unavailable: the shared tenant secret is not loaded yet")
-        if not self._breaker.allow():
+        if self._breaker is not None and not self._breaker.allow():
             self._counters.skipped += 1
             raise StoreError(f"store unavailable: {self._last_error or 'circuit open'}")
         self._counters.backend_calls += 1
         try:
             async with asyncio.timeout(self._timeout * factor):
-                if self._traced and tracing.is_on():
+                if self._traced and tracing.on:
                     with tracing.span("store", {"compaction.store": self._backend.name}):
                         result = await call(self._backend)
                 else:
@@ -132,7 +134,8 @@ class ResilientBackend:
 
     def _failed(self, exc: BaseException) -> None:
         self._counters.errors += 1
-        self._breaker.record_failure()
+        if self._breaker is not None:
+            self._breaker.record_failure()
         self._last_error = str(exc) or type(exc).__name__
         if self._outage_since is None:
             self._outage_since = time.monotonic()
@@ -143,7 +146,8 @@ class ResilientBackend:
             )
 
     def _succeeded(self) -> None:
-        self._breaker.record_success()
+        if self._breaker is not None:
+            self._breaker.record_success()
         if self._outage_since is not None and not self._tenancy.provisional:
             log.warning(
                 "state store %s recovered after %.1fs",

@@ -24,7 +24,7 @@ import os
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -256,6 +256,26 @@ class Tenancy:
         return cipher
 
 
+class HeaderLookup(Protocol):
+    """What ``conversation_header`` reads headers through: a ``HeaderView`` or a plain
+    mapping of lower-cased names."""
+
+    def get(self, name: str, /) -> str | None: ...
+
+
+def conversation_header(
+    headers: HeaderLookup, settings: ConversationSettings
+) -> tuple[str, str] | None:
+    """The first configured header naming a conversation that ``headers`` hold (lower-cased
+    names, as a ``HeaderView`` or the request's mapping holds them) and its value; None if
+    none is. Read as it comes, unchecked: ``resolve_conversation_id`` says whether it is an id."""
+    for name in settings.header:
+        value = headers.get(name.lower())
+        if value is not None:
+            return name, value
+    return None
+
+
 def resolve_conversation_id(
     headers: Mapping[str, str],
     messages: Sequence[Mapping[str, Any]],
@@ -271,11 +291,11 @@ def resolve_conversation_id(
     the proxy cannot use as an id is passed over, never a reason to refuse the agent's request.
     """
     lowered = {k.lower(): v for k, v in headers.items()}
-    for header in settings.header:
+    for index, header in enumerate(settings.header):
         value = lowered.get(header.lower())
         if value is None:
             continue
-        if header == settings.own_header:
+        if index == 0:  # the proxy's own
             return validate_conversation_id(value.strip(), header=header)
         if usable_conversation_id(value.strip()):
             return value.strip()

@@ -163,7 +163,7 @@ def test_which_environment_turns_traces_on(environ: dict[str, str], exporter: st
 def test_off_every_call_returns_at_once() -> None:
     """No tracer installed (no OTEL_* environment): one shared do-nothing context manager, the
     outgoing headers the very list they were, nothing recorded."""
-    assert not tracing.is_on()
+    assert not tracing.on
     assert tracing.span("compaction.plan") is tracing.span(tracing.RECALL_ROUND)
     with tracing.span("store") as nothing:
         assert nothing is None

@@ -105,12 +105,19 @@ def test_a_plain_request_enters_nothing_it_does_not_ask_for(plain_trace: set[str
         "proxy/compaction/summaries/pinning.py",  # no X-Compaction-Checkpoint
         "proxy/compaction/money/paying.py",  # a prompt the price trigger does not weigh
         "proxy/compaction/agents/",  # a route no agent compacts on
+        "proxy/compaction/compactor.py",  # the route calls the rewriter straight
+        "proxy/compaction/settings.py",  # configuration, read as attributes
+        "proxy/config/",  # the settings, read as attributes
         "proxy/compaction/offload.py",  # a small body
         "proxy/core/pins.py",  # nothing pinned
         "proxy/core/clearing.py",  # no clear_tool_results
         "proxy/core/headroom.py",  # no summary near
         "proxy/ops/hooks.py",  # no before_send hook
         "proxy/proxying/resend.py",  # no summary asked of the provider
+        "proxy/server/abort.py",  # a response not cut off
+        "proxy/state/sealing.py",  # no encryption keys: values kept as they are
+        "proxy/state/store/breaker.py",  # an in-process store (memory://) never fails
+        "proxy/tracing.py",  # no tracer installed
     )
     assert sorted(m for m in plain_trace if m.startswith(unasked)) == []
 
@@ -140,7 +147,8 @@ def test_the_native_stage_is_built_under_strategy_native(tiktoken_files: object)
 
 def test_the_route_builds_each_kind_from_its_module() -> None:
     settings = parse_settings("", environ={})
-    resources = Resources(settings.server, settings.upstream, None, Listeners())  # type: ignore[arg-type]
+    made, _ = compactor("", Listeners())
+    resources = Resources(settings.server, settings.upstream, made, Listeners())
     route = CompactedRoute(resources, CHAT, None)  # type: ignore[arg-type]
     follow_up: Any = object()
     assert isinstance(route.stages.native(follow_up), NativeStage)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from proxy.errors import StoreError
 from proxy.state.conversations import Store
@@ -48,6 +49,27 @@ async def test_an_entry_is_sealed_at_rest() -> None:
     raw = await backend.get(key)
     assert raw is not None and b"cached_tokens" not in raw
     assert await store.ledgers.inspect("t", "c") == {"cached_tokens": 1536}
+
+
+async def test_a_sealed_entry_read_without_keys_is_absent_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backend = MemoryBackend()
+    sealed = store_settings("memory://", encryption_keys=[KEY_A])
+    tenancy = Tenancy.from_settings(sealed)
+    keyed = Store(
+        backend, settings=sealed, tenancy=tenancy, sealer=Sealer.from_settings([SecretStr(KEY_A)])
+    )
+    await keyed.ledgers.update("t", "c", count)
+    plain = Store(backend, settings=store_settings("memory://"), tenancy=tenancy)
+    with caplog.at_level("WARNING", logger="proxy.store.conversations"):
+        assert await plain.ledgers.inspect("t", "c") is None
+    assert "no encryption keys are configured" in caplog.text
+    # Written again without keys: kept as it is, and read back.
+    await plain.ledgers.update("t", "c", count)
+    assert await plain.ledgers.inspect("t", "c") == {"requests": 1}
+    raw = await backend.get(tenancy.ledger_key("t", "c"))
+    assert raw is not None and b"requests" in raw
 
 
 async def test_a_failing_store_answers_none_on_update_and_raises_for_the_admin() -> None:

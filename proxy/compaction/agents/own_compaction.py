@@ -3,7 +3,7 @@ answered from the conversation's ready summary, ``/v1/responses/compact`` answer
 provider has none, and the compaction items the proxy handed out opened again before a provider
 sees them.
 
-This is a stage before the rewriter (``Compactor.decide``): a request it does not recognise goes
+This is a stage before the rewriter (``Compactor.decide``, on the routes it serves): a request it does not recognise goes
 on to the rewriter unchanged, and so does every request the proxy cannot be sure of. Recognising
 costs a byte search on the body the rewriter reads anyway; only a match is parsed twice.
 """
@@ -26,7 +26,7 @@ from proxy.compaction.conversation import Conversation, Conversations
 from proxy.compaction.decision import Decision, Incoming, LocalReply
 from proxy.compaction.events import CompactionDecided
 from proxy.compaction.offload import is_heavy, work
-from proxy.compaction.policies import choose_policy
+from proxy.compaction.policies import choose_policy, untouched
 from proxy.compaction.settings import CompactionSettings
 from proxy.compaction.summaries.stored import StoredCheckpoints
 from proxy.compaction.summaries.summarizer import SummarizerFactory
@@ -142,7 +142,7 @@ class AgentCompaction:
         if route == wires.items_route and wires.compact is not None and wires.answer_compact:
             incoming = await self._open_items(incoming, wires.compact)
         ask = wires.asks.get(route)
-        if ask is None or self._settings.untouched(incoming.headers) is not None:
+        if ask is None or untouched(self._settings, incoming.headers) is not None:
             return None, incoming
         raw = await incoming.body.read()
         if not ask.might_be(raw):
@@ -271,7 +271,7 @@ class AgentCompaction:
             self._settings, headers, model=body.get("model") or "", tenant=tenant
         )
         conversation_id = None
-        if self._settings.untouched(headers) is None:
+        if untouched(self._settings, headers) is None:
             conversation_id = resolve_conversation_id(
                 headers.values,
                 neutral.messages,
