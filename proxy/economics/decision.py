@@ -29,6 +29,14 @@ rule, in dollars (``decide``):
   the turns the conversation has had is as likely as not to fall after it ends (a public
   opencode session compacted at turn 53 to repay in 23 turns, and ended 11 turns later). Only a
   summary made ahead of time is not held back: it is paid for (waiting would leave it unused).
+- Unless a token trigger comes first. Waiting assumes the conversation goes on growing towards
+  the larger cut; a token trigger ``F`` turns away (``F <= E / (2g)``) compacts regardless of
+  price, so the choice is now or at the trigger. Now saves ``E c`` a turn until then and moves
+  every later compaction ``F`` turns earlier, one more compaction in ``E / g + F`` turns (the
+  cycle it starts: the compacted prompt grows back to the trigger): now pays when the
+  break-even is within ``E / g + F``. (Held back at turn 28 of a 38-turn agent run whose window
+  trigger was 7 turns away, the cut came at the trigger, its summary made ahead and used for
+  the last turns: more than sending direct.)
 
 Kept simple on purpose: later turns are priced as if the cache stays warm (a pause past the TTL
 would make each saving larger, so the rule errs towards not compacting), the comparison is
@@ -62,6 +70,9 @@ class Outlook:
     remaining_turns: float  # the turns expected after this one
     cache_warm: bool  # the conversation's previous request was within the cache TTL
     window_forced: bool = False  # the uncompacted prompt does not fit the model's window
+    # Turns until a token trigger (input_tokens, context_fraction) fires on the uncompacted
+    # prompt at this growth: a compaction that comes regardless of price (infinity: none).
+    trigger_turns: float = math.inf
     summary_cached_tokens: int = 0  # of the summarizer's prompt, read from the cache
     # Of the compacted prompt, the tokens at its start the provider still holds cached (the
     # tools and system prompt a summary leaves as they are; 0 when the compaction moves them).
@@ -114,6 +125,11 @@ def decide(
     # is spent: waiting would only leave it unused).
     to_make = outlook.summary_input_tokens > 0 or outlook.summary_output_tokens > 0
     later = excess / (2 * per_turn) if to_make and per_turn > 0 else math.inf
+    if later < math.inf and outlook.trigger_turns <= later:
+        # A token trigger compacts before the larger cut comes: the choice is now or at the
+        # trigger. Now moves every later compaction that many turns earlier, so it pays when
+        # repaid within the cycle it starts (until the compacted prompt reaches the trigger).
+        later = excess / per_turn + max(outlook.trigger_turns, 0.0)
     within = min(max(outlook.remaining_turns, 0.0), later)
     pays = break_even is not None and break_even <= within
     if outlook.window_forced or pays:

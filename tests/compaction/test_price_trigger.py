@@ -276,3 +276,38 @@ def test_the_recall_tool_a_compaction_brings_in_is_priced_as_a_break(
     assert "applied" in without, without
     first = without.index("applied")
     assert with_recall[: first + 1] == ["skipped"] * (first + 1), with_recall
+
+
+# gpt-5's prices; a summary keeps the last 3 interactions, so a first cut is small against what
+# it rewrites, and waiting for a larger one pays unless a token trigger comes first.
+NEAR_WINDOW = """
+models: {{"priced-model": {{context_window: {window}, encoding: o200k_base}}}}
+pricing:
+  models:
+    "priced-model": {{input: 1.25, cached_input: 0.125, output: 10.0}}
+summarizer: {{model: priced-model, max_summary_tokens: 1024}}
+policies:
+  default:
+    mode: inline
+    keep: {{interactions: 3}}
+    trigger: {{pays: {pays}, pays_from_tokens: 2000}}
+"""
+
+
+def test_a_cut_is_not_held_back_past_the_window_trigger(tiktoken_files: object) -> None:
+    """Waiting for a larger cut assumes the conversation grows on towards it; when the window's
+    trigger will compact it first, regardless of price, the price trigger compacts now rather
+    than at the trigger (where the summary served only the turns after it)."""
+    bodies = [turns(n) for n in range(2, 34)]
+    gaps = [MINUTE] * len(bodies)
+
+    def first_applied(window: int, pays: str = "true") -> int:
+        clock = Clock()
+        made = compactor(NEAR_WINDOW.format(window=window, pays=pays), clock)
+        return asyncio.run(play(made, clock, bodies, gaps)).index("applied")
+
+    at_trigger = first_applied(30_000, pays="false")  # context_fraction 0.8: 24k tokens
+    # Far from any trigger, the same cut waits past that turn for a larger one...
+    assert first_applied(1_000_000) > at_trigger
+    # ...near it, it is made turns before the trigger would have made it.
+    assert first_applied(30_000) <= at_trigger - 4

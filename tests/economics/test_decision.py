@@ -100,6 +100,18 @@ def test_turns_to_reach() -> None:
     assert turns_to_reach(150_000, 160_000, 0) == math.inf
 
 
+def grown_back(**changes: float) -> Outlook:
+    """A prompt grown back 10k over its 30k compacted form, summarized by a cheap model."""
+    base: dict[str, float] = {
+        "prompt_tokens": 40_000,
+        "compacted_tokens": 30_000,
+        "summary_input_tokens": 11_000,
+        "summary_output_tokens": 800,
+        "remaining_turns": 60,
+    }
+    return outlook(**{**base, **changes})
+
+
 def test_compacting_again_soon_after_a_compaction_waits_until_the_excess_is_worth_it() -> None:
     """Compacting now is weighed against compacting later, not only against never: a prompt
     that grew back a few turns' worth over its checkpoint saves little per turn, and each
@@ -111,13 +123,7 @@ def test_compacting_again_soon_after_a_compaction_waits_until_the_excess_is_wort
     # K = (11000*0.15 + 800*0.6 + 30000*2 - (38500*0.5 + 1500*2)) / 1e6 = $0.03988; each later
     # turn reads 10000 fewer cached tokens: $0.005, break-even 7.98 turns. Many turns remain,
     # but the 10k excess took 6.7 turns to grow: compacting later costs less (7.98 > 3.33).
-    soon = outlook(
-        prompt_tokens=40_000,
-        compacted_tokens=30_000,
-        summary_input_tokens=11_000,
-        summary_output_tokens=800,
-        remaining_turns=60,
-    )
+    soon = grown_back()
     decision = decide(soon, GPT41, summarizer_price=MINI)
     assert decision.break_even_turns == pytest.approx(0.03988 / 0.005)
     assert not decision.compact and decision.reason == "does-not-pay"
@@ -183,3 +189,42 @@ def test_a_first_compaction_that_cuts_little_waits_for_a_larger_cut() -> None:
     assert not decision.compact and decision.reason == "does-not-pay"
     # Cut to 10000 the same prompt repays its K of $0.01021 in 3.7 turns, within 19.4: compact.
     assert decide(replace(small, compacted_tokens=10_000), GPT5, summarizer_price=MINI).compact
+
+
+def test_a_cut_held_back_for_later_is_made_now_when_a_token_trigger_comes_first() -> None:
+    """Waiting for a larger cut assumes the conversation goes on growing; a token trigger a few
+    turns away compacts it regardless of price, so the choice is now or at that trigger. Held
+    back, the cut came at the trigger (its summary made ahead, used for the last turns) and the
+    told-prices coding agent cost more than sending direct."""
+    # The --quick coding agent at turn 28 under gpt-5 (summarizing itself), 50k window: 32506
+    # tokens to 8807 by a summary of 25687 read, 1024 written, 1007 a turn. K = (25687*1.25 +
+    # 1024*10 + 8807*1.25 - (31499*0.125 + 1007*1.25)) / 1e6 = $0.04816, each later turn reads
+    # 23699 fewer cached: $0.00296, break-even 16.3 turns: beyond the 11.8 its excess took to
+    # grow by half, so with no trigger ahead it waits.
+    cut = outlook(prompt_tokens=32_506, compacted_tokens=8_807, summary_input_tokens=25_687)
+    cut = replace(cut, summary_output_tokens=1_024, growth_per_turn=1_007, remaining_turns=28)
+    waits = decide(cut, GPT5)
+    assert waits.break_even_turns == pytest.approx(16.26, abs=0.01)
+    assert not waits.compact and waits.reason == "does-not-pay"
+    # context_fraction 0.8 of the window fires at 40000 tokens, 7.4 turns away: before the later
+    # cut, so compacting now (repaid within the 23.5 + 7.4 turns until the compacted prompt
+    # reaches the trigger again) is the better of the two.
+    soon = replace(cut, trigger_turns=turns_to_reach(32_506, 40_000, 1_007))
+    decision = decide(soon, GPT5)
+    assert decision.compact and decision.reason == "pays"
+    # A trigger far beyond the later cut changes nothing: the wait is still worth it.
+    assert not decide(replace(cut, trigger_turns=40), GPT5).compact
+    # Nor does a trigger make a cut that never repays within the turns to come pay.
+    assert not decide(replace(soon, remaining_turns=10), GPT5).compact
+
+
+def test_a_trigger_one_turn_away_does_not_justify_a_cut_repaid_over_many_cycles() -> None:
+    """Compacting one turn before a trigger moves every later compaction one turn earlier: worth
+    it only when the break-even is within the cycle the cut starts (its excess's growth plus the
+    turns to the trigger), not merely within the turns to come."""
+    # The 10k-excess case above (break-even 7.98 turns, 6.7 turns of growth): a trigger 1 turn
+    # away gives a cycle of 7.7 turns, shorter than the break-even: it waits for the trigger.
+    soon = grown_back(trigger_turns=1)
+    assert not decide(soon, GPT41, summarizer_price=MINI).compact
+    # Two turns away the cycle is 8.7 turns: compact now.
+    assert decide(replace(soon, trigger_turns=2), GPT41, summarizer_price=MINI).compact

@@ -29,8 +29,9 @@ failed write loses a sample, never a request.
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import SummaryUnused
@@ -43,7 +44,7 @@ from proxy.events import Listeners
 from proxy.state.ledgers import Ledgers
 
 # The record is books' (pure); named here too, where the rewriter reads it.
-__all__ = ["MIN_SAMPLES", "PACE_KEY", "Pace", "Paces", "due", "turns_left"]
+__all__ = ["MIN_SAMPLES", "PACE_KEY", "Pace", "Paces", "due", "turns_left", "turns_to_trigger"]
 
 logger = logging.getLogger("proxy.compaction")
 
@@ -53,19 +54,32 @@ _PROMPT_TRIGGERS = frozenset({"input_tokens", "context_fraction"})
 _PREDICTED = _PROMPT_TRIGGERS | {"interactions"}
 
 
+def token_limits(conv: Conversation, names: Iterable[str]) -> list[int]:
+    """The token counts at which the named token triggers fire (those set, with a window)."""
+    trigger = conv.policy.trigger
+    window = conv.model_info.context_window if conv.model_info else None
+    limits = []
+    if "input_tokens" in names and trigger.input_tokens > 0:
+        limits.append(trigger.input_tokens)
+    if "context_fraction" in names and window and trigger.context_fraction > 0:
+        limits.append(int(trigger.context_fraction * window))
+    return limits
+
+
+def turns_to_trigger(conv: Conversation, current: Plan, growth: float) -> float:
+    """Turns until a token trigger fires on ``current`` growing ``growth`` tokens a turn, near
+    or not: the compaction that comes regardless of price (infinity when none is set)."""
+    limits = token_limits(conv, _PROMPT_TRIGGERS)
+    return turns_to_reach(current.tokens_after, min(limits), growth) if limits else math.inf
+
+
 def turns_left(conv: Conversation, current: Plan, growth: float) -> float:
     """Turns until the nearest near trigger fires at ``growth`` tokens a turn, or, for the
     ``interactions`` count, at one interaction a turn (at most: a floor); 0 when a near trigger
     is neither (another count or a tool trigger: not predicted, due as before)."""
     if not current.near or not set(current.near) <= _PREDICTED:
         return 0.0
-    trigger = conv.policy.trigger
-    window = conv.model_info.context_window if conv.model_info else None
-    limits = []
-    if "input_tokens" in current.near:
-        limits.append(trigger.input_tokens)
-    if "context_fraction" in current.near and window:
-        limits.append(int(trigger.context_fraction * window))
+    limits = token_limits(conv, current.near)
     turns = []
     if limits:
         turns.append(turns_to_reach(current.tokens_after, min(limits), growth))

@@ -18,6 +18,8 @@ gathers what the rule weighs for one request:
   prompt before the summary, read from a warm cache; none when the compaction brings in the
   recall tool, which goes with the tools and moves everything after it (once, as the tool stays
   on every later request of the conversation);
+- the turns until a token trigger compacts the conversation regardless of price: waiting for
+  a larger cut past it is not a choice;
 - whether the cache is warm: the conversation's previous request came less than
   ``CACHE_TTL_SECONDS`` ago. A cold cache costs the uncompacted prompt a full write too, so that
   is the moment compacting costs no break.
@@ -38,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from proxy.compaction.conversation import Conversation
-from proxy.compaction.money.pace import Pace
+from proxy.compaction.money.pace import Pace, turns_to_trigger
 from proxy.compaction.planning import plan_with
 from proxy.compaction.settings import CompactionSettings
 from proxy.core.checkpoints import Checkpoint
@@ -227,6 +229,7 @@ class PriceTrigger:
             remaining_turns=pace.samples * REMAINING_SHARE,
             cache_warm=warm,
             kept_prefix_tokens=moved.kept_tokens,
+            trigger_turns=turns_to_trigger(conv, current, growth),
         )
         summarizer_price = self._prices.price(own.model)
         if not summarizer_price.priced:  # an unpriced summarizer is not free: price it alike
