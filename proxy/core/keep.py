@@ -8,6 +8,8 @@
 - ``tokens: N``: walking backwards over cut points while the kept part fits in N tokens.
 - ``fraction: F``: like ``tokens`` with F x the model's context window; when the window is
   unknown, the last 2 interactions (the default keep).
+- ``chat_interactions: N``, beside one of the above: a conversation with no tool round yet (a
+  chat) keeps its last N interactions instead.
 
 A cut inside an interaction sends its user message again (``Grouping.task_before``), and pinned
 messages before the cut are sent anyway (``proxy.core.pins``), so they count towards what is kept. Whatever the mode, the newest round (or the latest user
@@ -40,6 +42,8 @@ def first_kept(
     if n == 0:
         return grouping.preamble_len
     deepest = grouping.last_cut()
+    if keep.chat_interactions is not None and not grouping.round_ends:  # a chat: no tool round
+        keep = KeepSettings(interactions=keep.chat_interactions)
     budget = keep.tokens or (
         int(keep.fraction * context_window) if context_window and keep.fraction else 0
     )
