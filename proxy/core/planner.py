@@ -79,6 +79,7 @@ def plan(
     budget_tokens: int = 0,
     summary_max_chars: int = DEFAULT_MAX_CHARS,
     fire: tuple[str, ...] = (),
+    stubs_before: int | None = None,
 ) -> Plan:
     """Decide what to send. ``force`` (with ``budget_tokens``) compacts as hard as the rules
     allow, for a retry after the provider said the context was too long: a trigger counts as
@@ -86,7 +87,8 @@ def plan(
     as leave room for the summary; when it is the only one left, its task and newest round),
     and the budget is applied like ``window_tokens``. ``fire`` names triggers decided outside
     the core (the price trigger, ``proxy.compaction.money.paying``): they count as fired, with the
-    policy's own ``keep``."""
+    policy's own ``keep``. ``stubs_before``: only tool results before this index are stubbed (a
+    batch of ``clear_tool_results`` held back, as the previous request sent it)."""
     if policy.strategy == "native":  # the provider compacts; planned here: its fallback
         policy = policy.model_copy(update={"strategy": policy.native.fallback})
     # off is fully transparent: not even a client's echoed summary is touched.
@@ -115,7 +117,14 @@ def plan(
     clearing = policy.clear_tool_results
     if clearing.older_than_interactions or clearing.older_than_rounds:
         working, counts, cleared = clear_tool_results(
-            source, source_counts, grouping, policy, counter, model, start=in_use or 0
+            source,
+            source_counts,
+            grouping,
+            policy,
+            counter,
+            model,
+            start=in_use or 0,
+            end=stubs_before,
         )
     per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
     base = PlanBasis(
