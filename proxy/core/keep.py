@@ -42,8 +42,7 @@ def first_kept(
     if n == 0:
         return grouping.preamble_len
     deepest = grouping.last_cut()
-    if keep.chat_interactions is not None and not grouping.round_ends:  # a chat: no tool round
-        keep = KeepSettings(interactions=keep.chat_interactions)
+    keep = keep_for(grouping, keep)
     budget = keep.tokens or (
         int(keep.fraction * context_window) if context_window and keep.fraction else 0
     )
@@ -57,6 +56,14 @@ def first_kept(
     else:
         cut = _walk_back(grouping, counts, deepest, tokens=budget)
     return max(min(cut, deepest), floor)
+
+
+def keep_for(grouping: Grouping, keep: KeepSettings) -> KeepSettings:
+    """The keep that applies to this conversation: ``chat_interactions`` when it has no tool
+    round (a chat) and sets it, else ``keep`` itself."""
+    if keep.chat_interactions is not None and not grouping.round_ends:
+        return KeepSettings(interactions=keep.chat_interactions)
+    return keep
 
 
 def _walk_back(

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, group, strip_agent_summaries
-from proxy.core.keep import first_kept, kept_tokens
+from proxy.core.keep import first_kept, keep_for, kept_tokens
 from proxy.core.pins import PINNED, pinned, unpinned
 from proxy.core.plan import (
     Plan,
@@ -55,7 +55,7 @@ from proxy.core.plan import (
     assemble,
     cut_deeper,
 )
-from proxy.core.policy import ModelInfo, PolicySettings
+from proxy.core.policy import KeepSettings, ModelInfo, PolicySettings
 from proxy.core.summary_message import DEFAULT_MAX_CHARS, render_summary_message
 from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.core.triggers import Verdict, evaluate, measure
@@ -253,7 +253,7 @@ class _Measured:
             return Headroom(max(cut, floor))
         # The next summary will be about as long as the one applied now, if any.
         summary_tokens = sum(ctx.counter.per_message(head[preamble:], ctx.model))
-        whole_turns = _counts_whole_turns(ctx.policy, self.window)
+        whole_turns = _counts_whole_turns(keep_for(grouping, ctx.policy.keep), self.window)
         headroom = with_headroom(
             ctx,
             grouping,
@@ -380,7 +380,6 @@ def _smaller(m: _Measured, head: list[ChatMessage], cut: int) -> bool:
     return added < sum(m.source_counts[preamble:cut])
 
 
-def _counts_whole_turns(policy: PolicySettings, window: int | None) -> bool:
+def _counts_whole_turns(keep: KeepSettings, window: int | None) -> bool:
     """The keep setting counts interactions or messages, not tokens (so it knows no budget)."""
-    keep = policy.keep
     return bool(keep.interactions or keep.messages or (keep.fraction and not window))
