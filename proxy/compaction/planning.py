@@ -27,10 +27,12 @@ def plan_with(
     force: bool = False,
     budget: int = 0,
     fire: tuple[str, ...] = (),
+    stubs_before: int | None = None,
 ) -> Plan:
     """What the conversation's policy sends with ``checkpoint`` (``force``, ``budget``: a
-    compaction as hard as the rules allow, as for an overflow retry; ``fire``: triggers fired by a decision made outside the core,
-    the price trigger's). Blocking: CPU work."""
+    compaction as hard as the rules allow, as for an overflow retry; ``fire``: triggers fired by
+    a decision made outside the core, the price trigger's; ``stubs_before``: a new batch of
+    stubs held back). Blocking: CPU work."""
     prior = (
         PriorSummary(
             checkpoint.summary,
@@ -54,6 +56,7 @@ def plan_with(
         force=force,
         budget_tokens=budget,
         fire=fire,
+        stubs_before=stubs_before,
     )
     if not tracing.on:
         return planning()
@@ -81,12 +84,18 @@ def must_summarize_now(conv: Conversation, current: Plan) -> bool:
 
 def may_pay(conv: Conversation, current: Plan) -> bool:
     """Whether the price trigger may change this plan, by the plan alone: a summarizing policy
-    under ``pays``, and a prompt of ``pays_from_tokens`` or more or a trigger fired (a tool
-    trigger is weighed at any size). ``PriceTrigger.looks_at`` decides the rest (the price)."""
+    under ``pays``, and a prompt of ``pays_from_tokens`` or more (or a history of as many that
+    stubs bring under it) or a trigger fired (a tool trigger is weighed at any size). ``PriceTrigger.looks_at`` decides the rest (the price)."""
     policy = conv.policy
     trigger = policy.trigger
     large = current.tokens_after >= trigger.pays_from_tokens
-    return policy.strategy == "summarize" and trigger.pays and (large or bool(current.fired))
+    # Stubs bring a prompt under pays_from_tokens: a summary may pay instead of a new batch.
+    stubbed = bool(current.cleared) and current.tokens_before >= trigger.pays_from_tokens
+    return (
+        policy.strategy == "summarize"
+        and trigger.pays
+        and (large or stubbed or bool(current.fired))
+    )
 
 
 def outcome_of(current: Plan, *, pending: bool) -> str:

@@ -20,13 +20,15 @@ def clear_tool_results(
     model: str,
     *,
     start: int = 0,
+    end: int | None = None,
 ) -> tuple[list[ChatMessage], list[int], tuple[int, ...]]:
     """Stub results older than N interactions, or than N tool rounds (observation masking inside
     one long task): a result is old when N complete rounds came after its own. A result is
     stubbed only when the stub is smaller; when none is, ``source`` and ``counts`` come back
     as they are (the same objects), so the plan knows nothing changed. ``start``: where the
     prompt's verbatim part begins (the end of the summary in use): the results before it are
-    not sent, so they are neither stubbed nor counted towards a batch."""
+    not sent, so they are neither stubbed nor counted towards a batch. ``end``: no result from
+    this index on is stubbed (a new batch held back: the batches before it close as they did)."""
     settings = policy.clear_tool_results
     older = settings.older_than_interactions
     by_interaction = grouping.start_of(len(grouping) - older) if 0 < older < len(grouping) else 0
@@ -50,6 +52,8 @@ def clear_tool_results(
                 continue  # a stub no smaller than the result would change bytes, saving nothing
             stubs.append((i, stub, stub_tokens))
     stubs = _whole_batches(stubs, counts, settings.clear_at_least)
+    if end is not None:
+        stubs = [stub for stub in stubs if stub[0] < end]
     working = list(source)
     cleared_counts = list(counts)
     cleared = []

@@ -8,6 +8,8 @@
 - ``tokens: N``: walking backwards over cut points while the kept part fits in N tokens.
 - ``fraction: F``: like ``tokens`` with F x the model's context window; when the window is
   unknown, the last 2 interactions (the default keep).
+- ``chat_interactions: N``, beside one of the above: a conversation with no tool round yet (a
+  chat) keeps its last N interactions instead.
 
 A cut inside an interaction sends its user message again (``Grouping.task_before``), and pinned
 messages before the cut are sent anyway (``proxy.core.pins``), so they count towards what is kept. Whatever the mode, the newest round (or the latest user
@@ -40,6 +42,7 @@ def first_kept(
     if n == 0:
         return grouping.preamble_len
     deepest = grouping.last_cut()
+    keep = keep_for(grouping, keep)
     budget = keep.tokens or (
         int(keep.fraction * context_window) if context_window and keep.fraction else 0
     )
@@ -53,6 +56,14 @@ def first_kept(
     else:
         cut = _walk_back(grouping, counts, deepest, tokens=budget)
     return max(min(cut, deepest), floor)
+
+
+def keep_for(grouping: Grouping, keep: KeepSettings) -> KeepSettings:
+    """The keep that applies to this conversation: ``chat_interactions`` when it has no tool
+    round (a chat) and sets it, else ``keep`` itself."""
+    if keep.chat_interactions is not None and not grouping.round_ends:
+        return KeepSettings(interactions=keep.chat_interactions)
+    return keep
 
 
 def _walk_back(

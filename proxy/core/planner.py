@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, group, strip_agent_summaries
-from proxy.core.keep import first_kept, kept_tokens
+from proxy.core.keep import first_kept, keep_for, kept_tokens
 from proxy.core.pins import PINNED, pinned, unpinned
 from proxy.core.plan import (
     Plan,
@@ -55,7 +55,7 @@ from proxy.core.plan import (
     assemble,
     cut_deeper,
 )
-from proxy.core.policy import ModelInfo, PolicySettings
+from proxy.core.policy import KeepSettings, ModelInfo, PolicySettings
 from proxy.core.summary_message import DEFAULT_MAX_CHARS, render_summary_message
 from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.core.triggers import Verdict, evaluate, measure
@@ -79,6 +79,7 @@ def plan(
     budget_tokens: int = 0,
     summary_max_chars: int = DEFAULT_MAX_CHARS,
     fire: tuple[str, ...] = (),
+    stubs_before: int | None = None,
 ) -> Plan:
     """Decide what to send. ``force`` (with ``budget_tokens``) compacts as hard as the rules
     allow, for a retry after the provider said the context was too long: a trigger counts as
@@ -86,7 +87,8 @@ def plan(
     as leave room for the summary; when it is the only one left, its task and newest round),
     and the budget is applied like ``window_tokens``. ``fire`` names triggers decided outside
     the core (the price trigger, ``proxy.compaction.money.paying``): they count as fired, with the
-    policy's own ``keep``."""
+    policy's own ``keep``. ``stubs_before``: only tool results before this index are stubbed (a
+    batch of ``clear_tool_results`` held back, as the previous request sent it)."""
     if policy.strategy == "native":  # the provider compacts; planned here: its fallback
         policy = policy.model_copy(update={"strategy": policy.native.fallback})
     # off is fully transparent: not even a client's echoed summary is touched.
@@ -115,7 +117,14 @@ def plan(
     clearing = policy.clear_tool_results
     if clearing.older_than_interactions or clearing.older_than_rounds:
         working, counts, cleared = clear_tool_results(
-            source, source_counts, grouping, policy, counter, model, start=in_use or 0
+            source,
+            source_counts,
+            grouping,
+            policy,
+            counter,
+            model,
+            start=in_use or 0,
+            end=stubs_before,
         )
     per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
     base = PlanBasis(
@@ -244,7 +253,7 @@ class _Measured:
             return Headroom(max(cut, floor))
         # The next summary will be about as long as the one applied now, if any.
         summary_tokens = sum(ctx.counter.per_message(head[preamble:], ctx.model))
-        whole_turns = _counts_whole_turns(ctx.policy, self.window)
+        whole_turns = _counts_whole_turns(keep_for(grouping, ctx.policy.keep), self.window)
         headroom = with_headroom(
             ctx,
             grouping,
@@ -371,7 +380,6 @@ def _smaller(m: _Measured, head: list[ChatMessage], cut: int) -> bool:
     return added < sum(m.source_counts[preamble:cut])
 
 
-def _counts_whole_turns(policy: PolicySettings, window: int | None) -> bool:
+def _counts_whole_turns(keep: KeepSettings, window: int | None) -> bool:
     """The keep setting counts interactions or messages, not tokens (so it knows no budget)."""
-    keep = policy.keep
     return bool(keep.interactions or keep.messages or (keep.fraction and not window))

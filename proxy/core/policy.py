@@ -131,12 +131,21 @@ class KeepSettings(PolicyModel):
     fraction: float | None = Field(
         None, gt=0, le=1, description="Keep up to this fraction of the model's window."
     )
+    chat_interactions: int | None = Field(
+        None,
+        ge=0,
+        description="In a conversation with no tool call (a chat), keep its last N interactions "
+        "instead of the above: a budget sized for an agent's tool rounds is a dozen chat turns, "
+        "written again after every summary.",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _default(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and not any(v is not None for v in data.values()):
-            return {"interactions": 2}
+        if isinstance(data, Mapping) and not any(
+            v is not None for k, v in data.items() if k != "chat_interactions"
+        ):
+            return {**data, "interactions": 2}
         return data
 
     @model_validator(mode="before")
@@ -289,7 +298,8 @@ class PolicySettings(PolicyModel):
     )
     keep: KeepSettings = Field(
         default_factory=lambda: KeepSettings(interactions=2),
-        description="How much recent context stays verbatim: exactly one of the four keys.",
+        description="How much recent context stays verbatim: exactly one of the four keys "
+        "(and chat_interactions beside it).",
     )
     clear_tool_results: ClearToolResultsSettings = Field(
         default_factory=ClearToolResultsSettings,

@@ -12,6 +12,7 @@ unpriced model without a reference leave it to the token thresholds.
 from __future__ import annotations
 
 import asyncio
+import json
 
 from proxy import wirejson
 from proxy.compaction.compactor import Compactor
@@ -311,3 +312,81 @@ def test_a_cut_is_not_held_back_past_the_window_trigger(tiktoken_files: object) 
     assert first_applied(1_000_000) > at_trigger
     # ...near it, it is made turns before the trigger would have made it.
     assert first_applied(30_000) <= at_trigger - 4
+
+
+# Sonnet's prices (Anthropic's rule: a write costs 1.25x input), an agent that stubs its old tool
+# results in batches, as config/examples/coding-agent.yaml does.
+STUBS_CONFIG = """
+models: {"priced-model": {context_window: 1000000, encoding: o200k_base}}
+pricing:
+  models:
+    "priced-model": {input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 15.0}
+    "cheap-model": {input: 0.15, cached_input: 0.075, output: 0.6}
+summarizer: {model: cheap-model, max_summary_tokens: 256}
+policies:
+  default:
+    mode: ahead
+    keep: {tokens: 3000}
+    trigger: {pays_from_tokens: 8000}
+    clear_tool_results: {older_than_rounds: 4, min_tokens: 100, clear_at_least: 2500}
+recall: {enabled: false}
+"""
+
+
+def agent_reads(count: int) -> bytes:
+    """An agent run of ``count`` rounds, each saying what it does (~200 tokens) and reading a
+    file of ~300 tokens."""
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "port the parser"},
+    ]
+    for i in range(count):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "Read", "arguments": "{}"}}
+        messages += [
+            {"role": "assistant", "content": "checking the parser " * 50, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"line {i} " * 140},
+        ]
+    return wirejson.encode({"model": "priced-model", "messages": messages})
+
+
+def test_a_summary_comes_instead_of_a_batch_of_stubs_once_it_pays(tiktoken_files: object) -> None:
+    """A new batch of stubs moves the provider's cached prefix from its first stub on (under
+    Anthropic's breakpoints, everything after the system prompt is written again at 1.25x), for
+    a saving of the batch's tokens a turn; a summary then costs about as much to send and saves
+    far more. On a public Claude Code session the recipe sent two such batches of 28k tokens
+    each, at turns 48 and 58, before its first summary at turn 78 (0.83x sending direct). Past
+    ``pays_from_tokens`` a due batch is held back, the summary is made, and the prompt moves once,
+    when it applies: no request sends a batch of stubs the request after it replaces by a summary
+    or by another batch."""
+    clock = Clock()
+    made, background = shared_compactor(STUBS_CONFIG, Listeners(), clock=clock)
+    view = HeaderView.of([(b"x-conversation-id", b"c1")])
+    sent: list[list[dict[str, object]]] = []
+    outcomes: list[str] = []
+    sizes: list[int] = []  # the tokens each request sent
+
+    async def run() -> None:
+        for n in range(1, 70):
+            clock.now += 20.0
+            decision = await made.decide(Incoming(view, Body(agent_reads(n)), CHAT, {}, False))
+            headers = dict(decision.response_headers)
+            outcomes.append(headers[b"x-compaction"].decode())
+            sizes.append(int(headers[b"x-compaction-tokens-after"]))
+            body = decision.body if decision.body is not None else agent_reads(n)
+            sent.append(wirejson.parse(body)["messages"])
+            await answered(made, decision)
+            assert decision.follow_up is not None
+            decision.follow_up.answered()  # a summary due is made now, before the next turn
+            await background.join()
+
+    asyncio.run(run())
+    moved = [
+        k for k in range(1, len(sent)) if sent[k][: len(sent[k - 1])] != sent[k - 1]
+    ]  # requests whose prompt does not start with the previous one's
+    summarized = [k for k in moved if "<agent_summary>" in json.dumps(sent[k])]
+    assert summarized, outcomes
+    first = summarized[0]
+    # Before the first summary, only batches in a prompt under pays_from_tokens moved it...
+    assert all(sizes[k - 1] < 8000 for k in moved if k < first), (moved, sizes)
+    # ...and the summary came instead of the next one, which was held back meanwhile.
+    assert sizes[first - 1] >= 8000 and first - 1 not in moved, (moved, sizes)

@@ -231,6 +231,19 @@ def test_keep_modes(counter: TokenCounter, keep: KeepSettings, kept_from: int) -
     assert p.messages == [messages[0], *messages[kept_from:]]
 
 
+def test_a_chat_keeps_its_chat_interactions_and_an_agent_run_its_tokens(
+    counter: TokenCounter,
+) -> None:
+    keep = KeepSettings(tokens=10_000, chat_interactions=3)
+    messages = chat(10)
+    p = run(messages, policy(strategy="neuralyze", keep=keep), counter)
+    assert p.kept_from == 15
+    agent = agent_run(12)
+    p = run(agent, policy(strategy="neuralyze", keep=keep), counter)
+    assert p.kept_from == 1  # the tokens, not 3 interactions: its one task, whole, fits
+    assert KeepSettings(chat_interactions=3).interactions == 2  # the default keep otherwise
+
+
 def test_keep_tokens_and_fraction_walk_backwards_over_whole_interactions(
     counter: TokenCounter,
 ) -> None:

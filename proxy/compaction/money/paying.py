@@ -72,6 +72,10 @@ class PriceCheck:
         return self.decision.compact
 
 
+# The conversation's pace, its known growth per turn and the time of the request.
+_At = tuple[Pace, float, float]
+
+
 class AddedTool(Protocol):
     """A tool the proxy adds to a compacted request (the recall tool): named here, not imported,
     so that money sits below recall, which prices its own rounds with ``spending``."""
@@ -97,7 +101,11 @@ class PriceTrigger:
     def looks_at(self, conv: Conversation, current: Plan) -> bool:
         """Whether ``decide`` may change this request's plan (before the pace is read): a prompt
         the price trigger weighs, or a plan a tool trigger alone fired."""
-        return self._weighs_size(conv, current) or self._weighs_tools(conv, current)
+        return (
+            self._weighs_size(conv, current)
+            or self._weighs_tools(conv, current)
+            or self._weighs_stubs(conv, current)
+        )
 
     def decide(
         self,
@@ -112,8 +120,40 @@ class PriceTrigger:
         triggers. Blocking: plans the conversation again (CPU work)."""
         if self._weighs_tools(conv, current):
             return self._tools(conv, current, checkpoint, pace, now)
+        growth = pace.growth_per_turn if pace is not None else None
+        if pace is not None and growth is not None and self._weighs_stubs(conv, current):
+            instead = self._instead_of_stubs(conv, current, checkpoint, (pace, growth, now))
+            if instead is not None:
+                return instead
         check = self.check(conv, current, checkpoint, pace, now)
         return check.plan if check is not None and check.fired else current
+
+    def _instead_of_stubs(
+        self, conv: Conversation, current: Plan, checkpoint: Checkpoint | None, at: _At
+    ) -> Plan | None:
+        """A summary instead of a new batch of stubs, when it pays against them: the batch moves
+        the cached prefix from its first stub on (under Anthropic's breakpoints, everything
+        after the system prompt is written again), so the choice is between two breaks, not
+        between a break and a warm read, and a summary that leaves a shorter prompt than the
+        stubs do costs less to write and saves more a turn. The batch is then held back (sent
+        as the previous request sent it), so the prefix moves once, when the summary applies.
+        None: no new batch, or the summary does not pay against it. ``at``: the pace, its growth
+        per turn and the time now."""
+        pace, growth, now = at
+        counter = self._counter
+        ready = plan_with(conv, checkpoint, counter=counter, fire=(PAYS,))
+        if _ready(ready, current):  # the summary made after the batch was held back, or ahead
+            check = self._weigh(conv, current, ready, pace, growth, now)
+            return ready if check is not None and check.fired else None
+        end = held_back(conv, current, checkpoint, counter)
+        if end is None:
+            return None
+        held = plan_with(conv, checkpoint, counter=counter, stubs_before=end)
+        if held.tokens_after < conv.policy.trigger.pays_from_tokens:
+            return None
+        candidate = plan_with(conv, checkpoint, counter=counter, fire=(PAYS,), stubs_before=end)
+        check = self._weigh(conv, current, candidate, pace, growth, now, cold=True)
+        return check.plan if check is not None and check.fired else None
 
     def check(
         self,
@@ -146,6 +186,16 @@ class PriceTrigger:
         return (
             not current.fired
             and current.tokens_after >= conv.policy.trigger.pays_from_tokens
+            and self._decides_by_price(conv)
+        )
+
+    def _weighs_stubs(self, conv: Conversation, current: Plan) -> bool:
+        """Stubs sent, in a history of ``pays_from_tokens`` or more: a new batch among them may
+        be weighed against a summary (``_instead_of_stubs``)."""
+        return (
+            not current.fired
+            and bool(current.cleared)
+            and current.tokens_before >= conv.policy.trigger.pays_from_tokens
             and self._decides_by_price(conv)
         )
 
@@ -195,9 +245,12 @@ class PriceTrigger:
         pace: Pace,
         growth: float,
         now: float,
+        *,
+        cold: bool = False,
     ) -> PriceCheck | None:
         """Whether sending ``candidate`` (compacted, or asking for a summary) instead of
-        ``current`` pays; None when the candidate neither applies nor asks for a summary."""
+        ``current`` pays; None when the candidate neither applies nor asks for a summary.
+        ``cold``: ``current`` does not read the cache either (it moves the prefix too)."""
         policy = conv.policy
         price = self._prices.for_decision(conv.model)
         own = self._settings.summarizer.for_policy(policy, request_model=conv.model)
@@ -217,7 +270,7 @@ class PriceTrigger:
                 max(SUMMARY_FLOOR_TOKENS, int(summary_in * SUMMARY_SHARE)),
             )
             compacted = candidate.with_summary(_placeholder(summary_out)).tokens_after
-        warm = pace.at is not None and 0 <= now - pace.at < CACHE_TTL_SECONDS
+        warm = not cold and pace.at is not None and 0 <= now - pace.at < CACHE_TTL_SECONDS
         tool = self._recall.tool_tokens(conv) if self._recall is not None else None
         moved = prefix_break(conv, current, self._counter, tool)
         outlook = Outlook(
@@ -262,6 +315,29 @@ def prefix_break(
     preamble = conv.messages[: current.grouping.preamble_len]
     tools = counter.count_tools(conv.tools, conv.model)
     return PrefixBreak(tools + counter.count_messages(preamble, conv.model), 0)
+
+
+def held_back(
+    conv: Conversation, current: Plan, checkpoint: Checkpoint | None, counter: TokenCounter
+) -> int | None:
+    """Where ``current``'s new batch of stubs starts: the index before which the previous
+    request stubbed the same results (None: it stubs none the previous request sent whole, or
+    that request applied another summary, which moved the prefix anyway). The previous request
+    is this history up to its newest assistant message, the answer it got; stubs are batched
+    on the history's prefix, so its stubs are the first of this one's."""
+    messages = conv.messages
+    reply = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"),
+        None,
+    )
+    if reply is None:
+        return None
+    before = plan_with(replace(conv, messages=messages[:reply]), checkpoint, counter=counter)
+    if before.applied_checkpoint != current.applied_checkpoint:
+        return None
+    if set(current.cleared) <= set(before.cleared):
+        return None
+    return max(before.cleared) + 1 if before.cleared else 0
 
 
 def _ready(candidate: Plan, current: Plan) -> bool:
