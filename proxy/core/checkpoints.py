@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from proxy import wirejson
 from proxy.core.digests import Message, message_digest
 from proxy.core.facts import FactLookup
@@ -271,11 +273,18 @@ def _checked(obj: Mapping[str, Any], key: str, types: tuple[type, ...]) -> Any:
 
 
 def decode_record(raw: bytes) -> Record:
-    """Parse bytes written by ``encode_record``; anything else raises RecordError."""
+    """Parse bytes written by ``encode_record``; anything else raises RecordError.
+
+    Read on every request of a stored conversation: orjson (a record holds its summaries, many
+    KB, which it parses several times faster), the standard library for what orjson refuses (a
+    lone surrogate ``encode_record`` wrote escaped)."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordError("not JSON") from exc
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RecordError("not JSON") from exc
     if not isinstance(data, dict) or data.get("v") != RECORD_VERSION:
         raise RecordError("not a record of a known version")
     items = _checked(data, "checkpoints", (list,))

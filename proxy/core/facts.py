@@ -16,12 +16,25 @@ the planner's counts): through the ``RequestFacts`` that ``FactCache.request()``
 remembered by identity, so only the first look computes a key. That view is passed explicitly to
 whoever looks (no context variable): nothing may change a message while it is open, and a
 request's parsed body is never changed.
+
+Across requests a conversation sends its history again with a few messages appended. Building
+the key of every message and hashing its text (a SipHash of the whole transcript, the bulk of a
+long conversation's first look) would find what the previous request found: so the first look
+of a request follows the last history that began with the same two messages. It holds a
+private copy of each message whose key is made of strings alone (the fast shapes), and a
+message equal to its copy has that very key (a string equals only a string, None only None),
+so it takes the copy's facts after one comparison of its text; from the first message that
+differs on, the keys are built as usual. A copy shares its strings with the cache's key when
+both come from the request that first sent the message (the usual case: a message is copied
+once, then carried over); the copies are bounded by histories and by characters (half of the
+cache's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
@@ -37,6 +50,7 @@ _FUNCTION = frozenset({"name", "arguments"})
 _CALLS_TAG = "\x00calls"
 _OTHER_TAG = "\x00json"
 _EVICT_TO = 0.75  # share of the bounds kept when the cache is trimmed
+_ANCHOR = 2  # the messages that name a history to follow (keyed as any other)
 
 
 class Facts:
@@ -78,13 +92,19 @@ class FactCache(_Lookups):
     its entry). Safe to share with worker threads: a dict operation is atomic, changes of size
     are made under a lock, and a lost race costs a recount, never a wrong fact."""
 
-    def __init__(self, *, max_entries: int = 16_384, max_chars: int = 64 << 20) -> None:
+    def __init__(
+        self, *, max_entries: int = 16_384, max_chars: int = 64 << 20, max_histories: int = 64
+    ) -> None:
         self.max_entries = max_entries
         self.max_chars = max_chars
+        self.max_histories = max_histories
         self._entries: dict[Hashable, Facts] = {}
         self._chars = 0
         self._clock = 0
         self._lock = threading.Lock()
+        # The facts of a history's first two messages -> the last history that began with them.
+        self._histories: OrderedDict[tuple[Facts, Facts], _History] = OrderedDict()
+        self._history_chars = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -132,6 +152,57 @@ class FactCache(_Lookups):
             out.append(facts)
         return out
 
+    def _follow(
+        self, messages: Sequence[Any], seen: dict[int, Facts], held: list[Any]
+    ) -> list[Facts]:
+        """The first look of a request at a history: ``_lookup``, where the messages equal to
+        the last history that began with the same two messages take its facts by comparison
+        (see the module docstring), and this history becomes the one to follow."""
+        out = self._lookup(messages[:_ANCHOR], seen, held)
+        anchor = (out[0], out[1])
+        clock = self._clock
+        copies: list[Any] = [None] * _ANCHOR
+        start = _ANCHOR
+        last = self._histories.get(anchor)
+        if last is not None:
+            end = min(len(messages), len(last.copies))
+            while start < end:
+                message, copy = messages[start], last.copies[start]
+                if copy is None or message != copy:
+                    break
+                facts = last.facts[start]
+                facts.used = clock
+                seen[id(message)] = facts
+                held.append(message)
+                out.append(facts)
+                start += 1
+            copies = last.copies[:start]
+        entries = self._entries
+        for message in messages[start:]:
+            key = _key(message)
+            facts = seen.get(id(message)) or entries.get(key) or self._add(key)
+            facts.used = clock
+            seen[id(message)] = facts
+            held.append(message)
+            out.append(facts)
+            copies.append(_copy(message, key))
+        self._remember(anchor, _History(copies, out, sum(f.size for f in out)))
+        return out
+
+    def _remember(self, anchor: tuple[Facts, Facts], history: _History) -> None:
+        bound = self.max_chars // 2
+        with self._lock:
+            old = self._histories.pop(anchor, None)
+            if old is not None:
+                self._history_chars -= old.chars
+            if history.chars > bound or self.max_histories <= 0:
+                return
+            self._histories[anchor] = history
+            self._history_chars += history.chars
+            while len(self._histories) > self.max_histories or self._history_chars > bound:
+                _, dropped = self._histories.popitem(last=False)
+                self._history_chars -= dropped.chars
+
     def _add(self, key: Hashable) -> Facts:
         facts = Facts(_size(key))
         with self._lock:
@@ -170,14 +241,41 @@ class RequestFacts(_Lookups):
 
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         """As ``FactCache.scan``; a message object seen before through this view costs a dict
-        lookup by identity."""
-        return self.cache._lookup(messages, self._seen, self._held)
+        lookup by identity, and the view's first look at a history follows the last one that
+        began like it (``FactCache._follow``)."""
+        seen = self._seen
+        if seen is not None and not self._held and len(messages) > _ANCHOR:
+            return self.cache._follow(messages, seen, self._held)
+        return self.cache._lookup(messages, seen, self._held)
 
     def close(self) -> None:
         # Whatever keeps the view after the request (a task made during it) must not keep the
         # request's messages alive, nor memo new ones.
         self._seen = None
         self._held = []
+
+
+class _History:
+    """A history as a request sent it: a private copy of each message of a fast shape (None for
+    the others), the facts of each, and the characters their keys hold."""
+
+    __slots__ = ("chars", "copies", "facts")
+
+    def __init__(self, copies: list[Any], facts: list[Facts], chars: int) -> None:
+        self.copies = copies
+        self.facts = facts
+        self.chars = chars
+
+
+def _copy(message: Any, key: Hashable) -> Any:
+    """A copy of ``message`` that nothing else holds when ``key`` is one of the fast shapes (a
+    later change to the message cannot reach it), else None: never compared."""
+    if type(key) is not tuple or len(key) == 2:  # (_OTHER_TAG, canonical JSON)
+        return None
+    if len(key) != 4:  # (_CALLS_TAG, role, content, *calls): a plain key has four items
+        calls = [{**call, "function": dict(call["function"])} for call in message["tool_calls"]]
+        return {**message, "tool_calls": calls}
+    return dict(message)
 
 
 # What the chain, validation and counting accept: the shared cache, or a request's view of it.

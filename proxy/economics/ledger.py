@@ -31,7 +31,7 @@ count of the full history, calibrated to the provider's tokenizer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from proxy.economics.prices import PER_MILLION, Price
@@ -72,8 +72,9 @@ class Ledger:
         return self.counterfactual - self.spent - self.summarizer_spent
 
     def to_dict(self) -> dict[str, int | float]:
-        """A small JSON-ready dict, stored beside the checkpoints."""
-        return {"v": LEDGER_VERSION, **asdict(self)}
+        """A small JSON-ready dict, stored beside the checkpoints (its fields are numbers:
+        read one by one, not by ``asdict``, which deep-copies each, after every answer)."""
+        return {"v": LEDGER_VERSION, **{name: getattr(self, name) for name in _FIELDS}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> Ledger:
@@ -91,6 +92,9 @@ class Ledger:
                 raise ValueError(f"ledger field {field.name} is not an integer: {value!r}")
             values[field.name] = kind(value)
         return cls(**values)
+
+
+_FIELDS = tuple(field.name for field in fields(Ledger))
 
 
 def counterfactual_cost(

@@ -13,6 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+import orjson
 from starlette.types import ASGIApp
 
 from proxy.types import Receive, Scope, Send
@@ -86,4 +87,14 @@ def _write(scope: Scope, exchange: Exchange, *, total_ms: float) -> None:
     }
     if exchange.client_left:
         record["client_left"] = True
-    logger.info(json.dumps(record, separators=(",", ":")))
+    logger.info(_line(record))
+
+
+def _line(record: dict[str, object]) -> str:
+    """The record as compact JSON, as ``json.dumps`` writes it (non-ASCII escaped): orjson
+    writes the same characters for ASCII text, numbers, booleans and null, in a tenth of the
+    time (a line is written for every request)."""
+    method, path = record["method"], record["path"]
+    if isinstance(method, str) and isinstance(path, str) and method.isascii() and path.isascii():
+        return orjson.dumps(record).decode()
+    return json.dumps(record, separators=(",", ":"))

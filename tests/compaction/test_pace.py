@@ -26,7 +26,9 @@ def test_a_retry_an_edit_or_a_fork_is_no_sample() -> None:
 
 
 def test_the_record_round_trips_and_reads_anything_else_as_unknown() -> None:
-    pace = Pace(1300, 2, 150.0, "ck-1", 2, "default")
+    pace = Pace(1300, 2, 150.0, "ck-1", 2, "default", at=1234.5)
     assert Pace.from_entry({PACE_KEY: asdict(pace), "requests": 3}) == pace
+    assert pace.to_dict() == asdict(pace)  # what the ledger entry stores after each answer
+    assert Pace.from_entry({PACE_KEY: pace.to_dict()}) == pace
     for entry in (None, {}, {PACE_KEY: "x"}, {PACE_KEY: {"tokens": "many"}}):
         assert Pace.from_entry(entry) == Pace()  # type: ignore[arg-type]

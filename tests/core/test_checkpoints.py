@@ -179,6 +179,13 @@ def test_codec_round_trip_and_compactness() -> None:
     assert decode_record(raw) == record
 
 
+def test_a_summary_with_a_lone_surrogate_round_trips() -> None:
+    """A client's lone surrogate may reach a summary: written escaped, read back as it was."""
+    cp = Checkpoint.create(history(4), covered=3, summary="odd \ud800 text")
+    record = Record(owner="o", checkpoints=(cp,), conversation_id="c", updated_at=1.5)
+    assert decode_record(encode_record(record)) == record
+
+
 @pytest.mark.parametrize(
     "raw",
     [

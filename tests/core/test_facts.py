@@ -168,3 +168,94 @@ def test_worker_threads_sharing_a_small_cache_get_every_count_right(tiktoken_fil
     for rounds, wanted in zip(results, expected, strict=True):
         assert all(counts == wanted for counts in rounds)
     assert len(counter.facts) <= 16
+
+
+def history(n: int) -> list[Message]:
+    """A coding agent's history of ``n`` rounds, parsed afresh: new objects every call."""
+    out: list[Message] = [{"role": "system", "content": "be brief"}, user("fix the bug")]
+    for i in range(n):
+        out += [calls(f'{{"path": "m{i}.py"}}', id=f"c{i}"), tool(f"c{i}", f"source of m{i}")]
+    return out
+
+
+def test_a_grown_history_gets_the_facts_a_cold_cache_gives(counter: TokenCounter) -> None:
+    """The next request sends the history again with messages appended: the messages equal to
+    the last request's keep their facts, each changed or new one gets its own."""
+    with counter.facts.request() as facts:
+        validate_messages(history(5), facts=facts)
+        first = facts.scan(history(5))
+    grown = history(6)
+    grown[4] = tool("c1", "source of m9")  # same length, other text: its own digest and count
+    with counter.facts.request() as facts:
+        found = facts.scan(grown)
+        digests = facts.digests(grown)
+    assert found[:4] == first[:4] and found[5:10] == first[5:10]
+    assert found[4] is not first[4]
+    assert digests == [message_digest(m) for m in grown]
+    bad = [*history(6), {"role": "tool", "content": "no id"}]
+    with counter.facts.request() as facts, pytest.raises(InvalidMessage, match="tool_call_id"):
+        validate_messages(bad, facts=facts)
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"role": "tool", "tool_call_id": "c0", "content": "source of m0", "name": None},
+        {
+            "role": "tool",
+            "tool_call_id": "c0",
+            "content": [{"type": "text", "text": "source of m0"}],
+        },
+        calls('{"path": "m0.py"}', id="c0", type=None),
+    ],
+)
+def test_a_lookalike_in_a_followed_history_has_facts_of_its_own(changed: Message) -> None:
+    cache = FactCache()
+    with cache.request() as facts:
+        before = facts.scan(history(3))
+    again = history(3)
+    index = 3 if changed["role"] == "tool" else 2
+    again[index] = changed
+    with cache.request() as facts:
+        after = facts.scan(again)
+    assert after[index] is not before[index]
+    assert after[index + 1 :] == before[index + 1 :]  # found again by key
+
+
+def test_a_message_changed_in_place_is_not_taken_for_what_it_was(tiktoken_files: object) -> None:
+    """A history followed from one request to the next is compared with copies of its messages,
+    never with the objects themselves."""
+    counter = TokenCounter()
+    messages = history(3)
+    with counter.facts.request() as facts:
+        before = counter.with_facts(facts).per_message(messages, "gpt-4o")
+        facts.digests(messages)
+    messages[3]["content"] = "a much longer text than before " * 10
+    messages[2]["tool_calls"][0]["function"]["arguments"] = '{"path": "elsewhere.py"}'
+    with counter.facts.request() as facts:
+        after = counter.with_facts(facts).per_message(messages, "gpt-4o")
+        digests = facts.digests(messages)
+    assert after[3] > before[3]
+    assert digests == [message_digest(m) for m in messages]
+
+
+def test_the_followed_histories_are_bounded_and_keep_no_request_objects() -> None:
+    cache = FactCache(max_histories=2)
+    for i in range(5):
+        cache.scan([user(f"task {i}"), *history(2)])  # no view: nothing followed
+    assert not cache._histories
+    for i in range(5):
+        with cache.request() as facts:
+            facts.scan([user(f"task {i}"), *history(2)])
+    assert len(cache._histories) == 2
+    message = Traced(role="user", content="x" * 1000)
+    watch = weakref.ref(message)
+    with cache.request() as facts:
+        facts.scan([*history(2), message])
+    del message
+    gc.collect()
+    assert watch() is None
+    small = FactCache(max_chars=1000)
+    with small.request() as facts:
+        facts.scan(history(40))  # past half the characters: not followed
+    assert not small._histories

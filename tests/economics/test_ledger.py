@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
@@ -119,7 +120,7 @@ def test_an_unpriced_model_counts_tokens_and_flags_it() -> None:
 def test_round_trip_through_a_json_dict() -> None:
     ledger = run()
     stored = json.loads(json.dumps(ledger.to_dict()))
-    assert stored["v"] == LEDGER_VERSION
+    assert stored == {"v": LEDGER_VERSION, **asdict(ledger)}
     assert Ledger.from_dict(stored) == ledger
 
 

@@ -21,7 +21,7 @@ cost (``summary_added``); a summary stored moves the pace's unapplied summary (`
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from proxy.economics.ledger import Ledger, add_request, add_summary
@@ -70,6 +70,11 @@ class Pace:
         except (TypeError, ValueError):
             return cls()
 
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the entry holds it (its fields are scalars: read one by one, not by
+        ``asdict``, which deep-copies each, after every answer)."""
+        return {name: getattr(self, name) for name in _PACE_FIELDS}
+
     def grown_to(self, tokens: int) -> Pace:
         """The record once a request with a history of ``tokens`` is seen."""
         if self.tokens <= 0 or tokens <= self.tokens:  # first seen, or a retry, edit, fork
@@ -82,6 +87,9 @@ class Pace:
     def growth_per_turn(self) -> float | None:
         """Mean tokens a turn adds; None while too few turns were seen."""
         return self.growth if self.samples >= MIN_SAMPLES else None
+
+
+_PACE_FIELDS = tuple(field.name for field in fields(Pace))
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +206,7 @@ class Answered:
         changed = dict(entry or {})
         if self.pace is not None:
             pace = self.pace.into(Pace.from_entry(entry), self.at)
-            changed[PACE_KEY] = asdict(pace)
+            changed[PACE_KEY] = pace.to_dict()
         priced = self.priced
         if priced is None:
             return changed
@@ -235,4 +243,4 @@ class Stored:
         self.superseded = pace.unapplied_count if pace.unapplied and not extends else 0
         count = pace.unapplied_count + 1 if extends else 1
         pace = replace(pace, unapplied=self.checkpoint, unapplied_count=count, policy=self.policy)
-        return {**(entry or {}), PACE_KEY: asdict(pace)}
+        return {**(entry or {}), PACE_KEY: pace.to_dict()}
