@@ -72,3 +72,23 @@ def test_an_agent_run_through_the_coding_agent_recipe_still_keeps_16k_tokens() -
         ]
     kept = TokenCounter().count_messages(_summarized_now(messages), "gpt-4.1")
     assert 12_000 < kept <= 16_000
+
+
+LONG_CHAT = REPO_ROOT / "config" / "examples" / "long-chat.yaml"
+
+
+def test_a_chat_through_the_long_chat_recipe_keeps_its_last_7_turns() -> None:
+    """Every turn kept verbatim is written again after each summary and read on every turn
+    after it: with 8 kept, the seeded 80-turn chat cost 0.803x sending direct under gpt-5's
+    prices (the goal is 0.80), with 7 0.795x; with 6, the public 65-turn opencode session
+    went above direct (1.07-1.09x: its one summary came with its last turns)."""
+    policy = parse_settings(LONG_CHAT.read_text(encoding="utf-8"), environ={}).policies["default"]
+    policy = policy.model_copy(update={"trigger": TriggerSettings(context_fraction=0, messages=1)})
+    messages = [system("You help.")]
+    for i in range(30):
+        messages += [user(f"question {i}: why is that so?"), assistant(f"answer {i}")]
+    now = plan(
+        messages, policy, model="gpt-4.1", counter=TokenCounter(), model_info=None, prior=None
+    )
+    assert now.summary_request is not None
+    assert now.with_summary("what came before").messages[2:] == messages[-14:]
