@@ -141,10 +141,13 @@ class PriceTrigger:
         per turn and the time now."""
         pace, growth, now = at
         counter = self._counter
-        ready = plan_with(conv, checkpoint, counter=counter, fire=(PAYS,))
-        if _ready(ready, current):  # the summary made after the batch was held back, or ahead
-            check = self._weigh(conv, current, ready, pace, growth, now)
-            return ready if check is not None and check.fired else None
+        # Only a stored summary this request does not apply yet can be ready; planning for it
+        # on every request would plan a long history once more for nothing.
+        if checkpoint is not None and current.applied_checkpoint != checkpoint.id:
+            ready = plan_with(conv, checkpoint, counter=counter, fire=(PAYS,))
+            if _ready(ready, current):  # made after the batch was held back, or ahead
+                check = self._weigh(conv, current, ready, pace, growth, now)
+                return ready if check is not None and check.fired else None
         end = held_back(conv, current, checkpoint, counter)
         if end is None:
             return None
