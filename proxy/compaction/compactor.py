@@ -268,6 +268,7 @@ def _rewriter(
             tenancy=parts.tenancy,
             counter=parts.counter,
             conversations=parts.conversations,
+            store=parts.store,
             stored=parts.stored,
             models=parts.models,
         ),

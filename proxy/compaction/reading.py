@@ -31,6 +31,7 @@ from proxy.core.plan import Plan
 from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
 from proxy.errors import PayloadTooLarge
+from proxy.state.conversations import Store
 from proxy.state.tenancy import Tenancy, credential_from_headers, resolve_conversation_id
 from proxy.types import ChatMessage
 
@@ -81,6 +82,7 @@ class Reader:
         tenancy: Tenancy,
         counter: TokenCounter,
         conversations: Conversations,
+        store: Store,
         stored: StoredCheckpoints,
         models: ModelInfos,
     ) -> None:
@@ -88,7 +90,8 @@ class Reader:
         self._tenancy = tenancy
         self._counter = counter
         self._conversations = conversations
-        self._stored = stored
+        self._store = store  # the conversation's record: one read
+        self._stored = stored  # which of its checkpoints applies
         self._models = models
 
     async def read(
@@ -145,7 +148,7 @@ class Reader:
         conv = await cpu(heavy, build)
         if asked.focus is not None:
             conv = replace(conv, focus=asked.focus)
-        record = await self._stored.record(conv)
+        record = await self._store.load(conv.tenant, conv.conversation_id)
         pinned = protocol.pinned_checkpoint(incoming.headers)
         checkpoint, current = await cpu(heavy, self._plan_applying, conv, record, pinned)
         return Planned(conv, checkpoint, current, messages, pinned)
@@ -174,7 +177,9 @@ class Reader:
         """The checkpoint to apply (the deepest, or the one the request pins:
         ``proxy.compaction.summaries.pinning``, applied even before a trigger fires, and read-only) and
         the plan with it. Blocking: matching the history's hash chain is CPU work."""
-        checkpoint = self._stored.to_apply(conv, record, pinned)
+        checkpoint = None  # nothing stored and nothing pinned (no summary yet): none applies
+        if record is not None or pinned is not None:
+            checkpoint = self._stored.to_apply(conv, record, pinned)
         if pinned is None or checkpoint is None or checkpoint.id != pinned:
             return checkpoint, plan_with(conv, checkpoint, counter=self._counter)
         pinned_plan = plan_with(conv, replace(checkpoint, strategy="pinned"), counter=self._counter)

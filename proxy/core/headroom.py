@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxy.core.interactions import Grouping
-from proxy.core.keep import kept_tokens
 from proxy.core.plan import PlanContext, cut_deeper
 from proxy.core.triggers import Verdict
 
@@ -82,7 +81,7 @@ def with_headroom(
         return Headroom(cut)
     fixed = sum(ctx.counts[: grouping.preamble_len]) + ctx.fixed_tokens
     if whole_turns:
-        if fixed + summary_tokens + kept_tokens(grouping, ctx.counts, cut) <= near:
+        if fixed + summary_tokens + grouping.kept_tokens(ctx.counts, cut) <= near:
             return Headroom(cut)
         deeper = cut_deeper(grouping, ctx.counts, cut, int(near * DEEPER_SHARE) - fixed)
         return Headroom(deeper, fixed_tokens=fixed + summary_tokens, starts_at=near)
@@ -90,5 +89,5 @@ def with_headroom(
     room = near - fixed
     budget = int(room * KEPT_SHARE)
     deeper = cut_deeper(grouping, ctx.counts, cut, budget)
-    short = room < near * MIN_ROOM_SHARE or kept_tokens(grouping, ctx.counts, deeper) > budget
+    short = room < near * MIN_ROOM_SHARE or grouping.kept_tokens(ctx.counts, deeper) > budget
     return Headroom(deeper, short=short, fixed_tokens=fixed, starts_at=near)

@@ -114,6 +114,20 @@ class Grouping:
             return again
         return tuple(sorted((*again, task)))
 
+    def kept_messages(self, cut: int) -> int:
+        """Messages sent verbatim after the preamble when the verbatim part starts at ``cut`` (the
+        pinned ones and the task message before it included)."""
+        return self.total - cut + len(self.sent_again(cut))
+
+    def kept_tokens(self, counts: Sequence[int], cut: int) -> int:
+        """Tokens of those messages (``counts``: each message's)."""
+        return sum(counts[cut:]) + sum(counts[i] for i in self.sent_again(cut))
+
+    def task_tokens(self, counts: Sequence[int], cut: int, pins: set[int]) -> int:
+        """Tokens of the task message sent again at ``cut``, unless it is pinned (sent anyway)."""
+        task = self.task_before(cut)
+        return counts[task] if task is not None and task not in pins else 0
+
 
 def group(messages: Sequence[MessageView]) -> Grouping:
     """Split ``messages`` into preamble + interactions and find the safe cut points."""

@@ -75,36 +75,19 @@ def _walk_back(
     i = bisect_left(cuts, deepest)
     if i == len(cuts) or cuts[i] != deepest:
         return deepest
-    kept = kept_tokens(grouping, counts, deepest)  # grown as the cut moves back
+    kept = grouping.kept_tokens(counts, deepest)  # grown as the cut moves back
     pins = set(grouping.pinned)  # sent whatever the cut: already counted
     while i > 0:
         earlier = cuts[i - 1]
         if messages:
-            if kept_messages(grouping, cuts[i]) >= messages:
+            if grouping.kept_messages(cuts[i]) >= messages:
                 break
         else:
             wider = kept + sum(counts[j] for j in range(earlier, cuts[i]) if j not in pins)
-            wider += task_tokens(grouping, counts, earlier, pins)
-            wider -= task_tokens(grouping, counts, cuts[i], pins)
+            wider += grouping.task_tokens(counts, earlier, pins)
+            wider -= grouping.task_tokens(counts, cuts[i], pins)
             if wider > tokens:
                 break
             kept = wider
         i -= 1
     return cuts[i]
-
-
-def kept_messages(grouping: Grouping, cut: int) -> int:
-    """Messages sent verbatim after the preamble when the verbatim part starts at ``cut`` (the
-    pinned ones and the task message before it included)."""
-    return grouping.total - cut + len(grouping.sent_again(cut))
-
-
-def kept_tokens(grouping: Grouping, counts: Sequence[int], cut: int) -> int:
-    """Tokens of those messages."""
-    return sum(counts[cut:]) + sum(counts[i] for i in grouping.sent_again(cut))
-
-
-def task_tokens(grouping: Grouping, counts: Sequence[int], cut: int, pins: set[int]) -> int:
-    """Tokens of the task message sent again at ``cut``, unless it is pinned (sent anyway)."""
-    task = grouping.task_before(cut)
-    return counts[task] if task is not None and task not in pins else 0

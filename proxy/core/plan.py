@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 from proxy.core.interactions import Grouping
-from proxy.core.keep import kept_tokens, task_tokens
 from proxy.core.policy import PolicySettings
 from proxy.core.summary_message import render_summary_message
 from proxy.core.tokens import TokenCounter
@@ -170,11 +169,11 @@ def assemble(
     the hard budget; returns (messages, kept_from, task, tokens)."""
     head_tokens = sum(ctx.counter.per_message(head, ctx.model)) + ctx.fixed_tokens
     start = cut
-    if ctx.budget and head_tokens + kept_tokens(grouping, ctx.counts, start) > ctx.budget:
+    if ctx.budget and head_tokens + grouping.kept_tokens(ctx.counts, start) > ctx.budget:
         # Drop the oldest kept rounds or interactions (at safe cuts) until it fits.
         start = cut_deeper(grouping, ctx.counts, start, ctx.budget - head_tokens)
     task = grouping.task_before(start)
-    tokens = head_tokens + kept_tokens(grouping, ctx.counts, start)
+    tokens = head_tokens + grouping.kept_tokens(ctx.counts, start)
     preamble = grouping.preamble_len
     if start == preamble and len(head) == preamble:
         return ctx.working, start, None, tokens  # nothing changed
@@ -191,7 +190,7 @@ def cut_deeper(grouping: Grouping, counts: list[int], cut: int, budget: int) -> 
     cuts = grouping.cuts
     deepest = grouping.last_cut()
     i = bisect_left(cuts, cut)
-    tail = kept_tokens(grouping, counts, cut)
+    tail = grouping.kept_tokens(counts, cut)
     position = cut
     pins = set(grouping.pinned)
     while position < deepest and i < len(cuts):
@@ -200,8 +199,8 @@ def cut_deeper(grouping: Grouping, counts: list[int], cut: int, budget: int) -> 
         if cuts[i] <= position:
             i += 1
             continue
-        tail += task_tokens(grouping, counts, cuts[i], pins)
-        tail -= task_tokens(grouping, counts, position, pins)
+        tail += grouping.task_tokens(counts, cuts[i], pins)
+        tail -= grouping.task_tokens(counts, position, pins)
         tail -= sum(counts[j] for j in range(position, cuts[i]) if j not in pins)
         position = cuts[i]
     return position

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, group, strip_agent_summaries
-from proxy.core.keep import first_kept, keep_for, kept_tokens
+from proxy.core.keep import first_kept, keep_for
 from proxy.core.pins import PINNED, pinned, unpinned
 from proxy.core.plan import (
     Plan,
@@ -204,7 +204,7 @@ class _Measured:
             ctx.policy.trigger,
             since=since,
             tokens=sum(ctx.counter.per_message(head, ctx.model))
-            + kept_tokens(grouping, ctx.counts, since)
+            + grouping.kept_tokens(ctx.counts, since)
             + ctx.fixed_tokens,
             sent_messages=len(head) + len(grouping.sent_again(since)) + len(ctx.working) - since,
             context_window=self.window,
@@ -309,6 +309,9 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
         else:
             head_with = None
             current = with_prior  # waiting for its trigger: it already covers what it covers
+    render_at = prior_cut if applied is not None and prior_cut is not None else preamble
+    if not current.near:  # no summary to ask for: where its cut would fall does not matter
+        return _Decision(head, render_at, current, applied)
     room = m.cut(floor, current, head, deeper=True)
     cut = room.cut
     summary_request = None
@@ -316,11 +319,10 @@ def _summarize(m: _Measured, prior: PriorSummary | None) -> _Decision:
     # After a summary that was not smaller than its turns, the next one (about as long, since
     # it extends it) is asked for only once it can be: not on every turn.
     worth = head_with is None or _smaller(m, head_with, cut)
-    if current.near and cut > start and worth:
+    if cut > start and worth:
         previous = prior.text if prior is not None and prior_cut is not None else None
         summarized = unpinned(m.source, start, cut, grouping.pinned)  # pins are sent as they are
         summary_request = SummaryRequest(summarized, previous, start, cut)
-    render_at = prior_cut if applied is not None and prior_cut is not None else preamble
     short = room if room.short and summary_request is not None else None
     return _Decision(head, render_at, current, applied, summary_request, short)
 

@@ -3,7 +3,8 @@
 One object over one backend (memory or Redis) that speaks in tenants, conversation ids and
 checkpoints:
 
-- ``load`` is the fast path: one backend read that also refreshes the TTL.
+- ``load`` is the fast path: one backend read that also refreshes the TTL and, at most once a
+  minute per conversation and process, moves it in the admin listing (``TOUCH_SECONDS``).
 - ``add_checkpoint`` is a compare-and-set loop: a checkpoint is written only if it extends what is
   stored (``proxy.core.checkpoints.extend``), and a concurrent writer's checkpoint is never lost.
 - ``acquire_lock``/``release_lock`` make summarization single-flight; correctness never rests on
@@ -24,6 +25,8 @@ import contextlib
 import logging
 import random
 import secrets
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -50,6 +53,12 @@ _CAS_ATTEMPTS = 64
 _WRITE_TIMEOUT_FACTOR = 8
 _PRIMARY_LOCK = "r."
 _FALLBACK_LOCK = "l."
+# A request's read moves its conversation in the listing index at most this often per process:
+# last use is listed to about a minute, and a busy agent run does not pay for the index on every
+# request (the pipeline costs ~60 us more than a lone GETEX: tests/bench/bench_store.py). The read
+# decides this itself: in between, it has nothing to ask of the listing.
+TOUCH_SECONDS = 60.0
+_TOUCHED_KEPT = 65_536
 
 
 def _breaker_for(backend: Backend, settings: StoreSettings) -> CircuitBreaker | None:
@@ -100,6 +109,7 @@ class Store:
             ttl_ms=self._ttl_ms,
             max_listed=settings.max_listed_conversations,
         )
+        self._touched: OrderedDict[str, float] = OrderedDict()  # record key -> last index move
         self._secret = SharedSecret(self._calls, tenancy, sealer)
         # Each conversation's ledger, kept beside its record, sealed alike.
         self.ledgers = Ledgers(self._calls, tenancy=tenancy, sealer=sealer, ttl_ms=self._ttl_ms)
@@ -127,7 +137,7 @@ class Store:
         """The conversation's record, refreshing its TTL; None on a miss or any failure."""
         self.counters.loads += 1
         key = self.tenancy.record_key(tenant, conversation_id)
-        touch = self._listing.on_read(tenant, key)
+        touch = self._listing.on_read(tenant, key) if self._touch_due(key) else None
         try:
             raw = await self._calls.get(key, ttl_ms=self._ttl_ms, touch=touch, or_fallback=True)
         except StoreError:
@@ -138,6 +148,26 @@ class Store:
             return None
         self.counters.hits += 1
         return record
+
+    def _touch_due(self, key: str) -> bool:
+        """This process last moved ``key`` in the listing over TOUCH_SECONDS ago (or never); if
+        so, it counts as moved now."""
+        last = self._touched.get(key)
+        if last is not None and time.monotonic() - last < TOUCH_SECONDS:
+            return False
+        self._touch(key)
+        return True
+
+    def _touch(self, key: str) -> None:
+        self._touched[key] = time.monotonic()
+        self._touched.move_to_end(key)
+        if len(self._touched) > _TOUCHED_KEPT:
+            self._touched.popitem(last=False)
+
+    async def _listed(self, tenant: str, key: str) -> None:
+        """After a write: listed newest first; a read in the next TOUCH_SECONDS need not move it."""
+        self._touch(key)
+        await self._listing.on_write(tenant, key)
 
     async def add_checkpoint(
         self, tenant: str, conversation_id: str, checkpoint: Checkpoint
@@ -186,7 +216,7 @@ class Store:
         except StoreError:
             return False
         if written:
-            await self._listing.on_write(tenant, key)
+            await self._listed(tenant, key)
         return written
 
     async def acquire_lock(self, tenant: str, conversation_id: str) -> str | None:
@@ -282,7 +312,7 @@ class Store:
         record = await self._calls.call(write, factor=_WRITE_TIMEOUT_FACTOR)
         if record is None:
             return None
-        await self._listing.on_write(tenant, key)
+        await self._listed(tenant, key)
         return replace(record, conversation_id=conversation_id)
 
     async def list_conversations(

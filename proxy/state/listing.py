@@ -1,9 +1,10 @@
 """The admin listing: each tenant's conversations, most recently used first.
 
 Each tenant has an index (a sorted set of its record keys by last use, ``Tenancy.index_key``), so
-listing never scans the keyspace. A write lists its record; a request's read moves it at most every
-``TOUCH_SECONDS`` per process; members whose record expired or does not open as the tenant's are
-dropped from the index when a page meets them. The index only serves the admin listing: it never
+listing never scans the keyspace. A write lists its record; a request's read moves it in the same
+trip, as often as the read asks (``proxy.state.conversations``: at most once a minute per process);
+members whose record expired or does not open as the tenant's are dropped from the index when a
+page meets them. The index only serves the admin listing: it never
 spends a write's time budget, and its failures never fail a request or a write.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from proxy.errors import StoreError
@@ -20,11 +20,6 @@ from proxy.state.resilient import ResilientBackend
 from proxy.state.store.base import Backend, IndexEntry
 from proxy.state.tenancy import Tenancy
 
-# A request's read moves its conversation in the listing index at most this often per process:
-# last use is listed to about a minute, and a busy agent run does not pay for the index on every
-# request (the pipeline costs ~60 us more than a lone GETEX: tests/bench/bench_store.py).
-TOUCH_SECONDS = 60.0
-_TOUCHED_KEPT = 65_536
 # Reading a page is a few round trips (the page, the values, the stale members' removal).
 _PAGE_TIMEOUT_FACTOR = 8
 
@@ -63,22 +58,15 @@ class Listing:
         self._tenancy = tenancy
         self._ttl_ms = ttl_ms
         self._max_listed = max_listed
-        self._touched: OrderedDict[str, float] = OrderedDict()  # record key -> last index update
 
-    def on_read(self, tenant: str, key: str) -> IndexEntry | None:
-        """The index entry a read of ``key`` should move in the same trip, when this process
-        last moved it over TOUCH_SECONDS ago (or never; it then counts as moved now)."""
-        last = self._touched.get(key)
-        if last is not None and time.monotonic() - last < TOUCH_SECONDS:
-            return None
-        self._touch(key)
+    def on_read(self, tenant: str, key: str) -> IndexEntry:
+        """The index entry a read of ``key`` moves in the same trip: its last use is now."""
         return self._entry(tenant, key)
 
     async def on_write(self, tenant: str, key: str) -> None:
         """After a write: the record is listed, newest first. Its own call, after the write's:
         the index only serves the admin listing, so it never spends the write's time budget,
         and a failure here never undoes or fails the write."""
-        self._touch(key)  # a read in the next TOUCH_SECONDS need not move it again
         entry = self._entry(tenant, key, limit=self._max_listed)
         with contextlib.suppress(StoreError):
             await self._calls.call(lambda b: b.index_add(entry))
@@ -87,12 +75,6 @@ class Listing:
         """``key``'s place in the tenant's listing, as of now."""
         index = self._tenancy.index_key(tenant)
         return IndexEntry(index, key, time.time(), self._ttl_ms, limit)
-
-    def _touch(self, key: str) -> None:
-        self._touched[key] = time.monotonic()
-        self._touched.move_to_end(key)
-        if len(self._touched) > _TOUCHED_KEPT:
-            self._touched.popitem(last=False)
 
     async def page(self, tenant: str, *, limit: int, before: float | None) -> ConversationPage:
         """The tenant's conversations, most recently used first, ``limit`` at a time from

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core.headroom import KEPT_SHARE
-from proxy.core.keep import kept_tokens
 from proxy.core.planner import Plan, PriorSummary, plan
 from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
@@ -81,7 +80,7 @@ def test_each_summary_leaves_room_to_grow_under_a_large_fixed_prompt(
         fixed = ctx.counts[0] + ctx.fixed_tokens
         room = 0.8 * 45_000 - fixed - counter.count_text(SUMMARY, "gpt-4o")
         covered = p.summary_request.covered
-        assert kept_tokens(p.grouping, ctx.counts, covered) <= room * KEPT_SHARE + 50
+        assert p.grouping.kept_tokens(ctx.counts, covered) <= room * KEPT_SHARE + 50
     assert len(asked) * 4 <= len(plans) - plans.index(asked[0])
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from proxy.state import listing
+from proxy.state import conversations
 from tests.support.clients import KEY, admin_get, openai_client
 from tests.support.config import ADMIN, EVERY_SIX_INTERACTIONS, summarizing
 from tests.support.provider import SYSTEM, Provider, check_sent, take_turn
@@ -231,7 +231,7 @@ def test_listing_pages_newest_use_first_per_tenant(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Every request moves its conversation in the listing (by default, once a minute at most).
-    monkeypatch.setattr(listing, "TOUCH_SECONDS", 0.0)
+    monkeypatch.setattr(conversations, "TOUCH_SECONDS", 0.0)
     server = start_proxy(summarizing(mock.url, store_url))
     histories = {name: [SYSTEM] for name in ("alpha", "bravo", "charlie")}
     for name, history in histories.items():

@@ -104,6 +104,9 @@ def test_a_plain_request_enters_nothing_it_does_not_ask_for(plain_trace: set[str
         "proxy/compaction/summaries/focus.py",  # no X-Compaction-Focus
         "proxy/compaction/summaries/pinning.py",  # no X-Compaction-Checkpoint
         "proxy/compaction/money/paying.py",  # a prompt the price trigger does not weigh
+        "proxy/compaction/summaries/stored.py",  # nothing stored, nothing pinned: none applies
+        "proxy/core/keep.py",  # no summary near: no cut to place
+        "proxy/state/listing.py",  # moved in the listing a moment ago (the warm-up request)
         "proxy/compaction/agents/",  # a route no agent compacts on
         "proxy/compaction/compactor.py",  # the route calls the rewriter straight
         "proxy/compaction/settings.py",  # configuration, read as attributes

@@ -7,7 +7,7 @@ import pytest
 from proxy.core import history
 from proxy.core.checkpoints import find_deepest
 from proxy.errors import PayloadTooLarge
-from proxy.state import listing
+from proxy.state import conversations
 from tests.support.stores import StoreFactory, checkpoint, conversation
 
 pytestmark = pytest.mark.anyio
@@ -23,7 +23,7 @@ async def names(store, tenant: str, **kwargs) -> list[str]:
 async def test_listing_is_newest_use_first_and_pages(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(listing, "TOUCH_SECONDS", 0.0)  # every read moves it
+    monkeypatch.setattr(conversations, "TOUCH_SECONDS", 0.0)  # every read moves it
     store = make_store()
     for name in ("a", "b", "c", "d", "e"):
         assert await store.add_checkpoint("t", name, checkpoint(MESSAGES, 3))

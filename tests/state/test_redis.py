@@ -17,7 +17,7 @@ from redis.asyncio.connection import AbstractConnection
 
 from proxy.core.checkpoints import Checkpoint
 from proxy.errors import ConfigError
-from proxy.state import listing
+from proxy.state import conversations
 from proxy.state.opening import open_store
 from proxy.state.store.redis import (
     ClusterTarget,
@@ -97,7 +97,7 @@ async def test_the_fast_path_is_one_round_trip(
         assert calls.pop("cmdstat_getex") == 20
         assert set(calls) <= {"cmdstat_info", "cmdstat_config|resetstat"}
         # Once due, the index moves in the same trip as the read.
-        monkeypatch.setattr(listing, "TOUCH_SECONDS", 0.0)
+        monkeypatch.setattr(conversations, "TOUCH_SECONDS", 0.0)
         monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
         sends.clear()
         assert await store.load("t", "c") is not None

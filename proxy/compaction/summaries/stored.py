@@ -1,9 +1,10 @@
-"""A conversation's checkpoints as the store holds them: the one place that reads them.
+"""A conversation's checkpoints as the store holds them: the one place that finds which applies.
 
 Every "which checkpoint applies" of the request path, the summaries and the admin API goes
 through ``StoredCheckpoints``, so the deepest matching checkpoint is found one way everywhere
 (``proxy.core.checkpoints.find_deepest``, its digests looked up through the conversation's
-facts, off the event loop for a heavy request).
+facts, off the event loop for a heavy request). The request path reads the record itself (one
+``Store.load``) and asks here only when there is something to find: a record, or a pin.
 """
 
 from __future__ import annotations
