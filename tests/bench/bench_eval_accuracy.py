@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python -m tests.bench.bench_eval_accuracy [--baseline-source DIR]
         [--model gpt-4.1] [--context-window N ...] [--seed 7]
+        [--agent-rounds 120] [--chat-turns 60] [--documents 24]
 
 For each shipped config, unedited (config/proxy.yaml, its default policy;
 config/examples/coding-agent.yaml; config/examples/long-chat.yaml), it runs ``compaction-proxy
@@ -92,7 +93,7 @@ def run_config(config: str, window: int, args: argparse.Namespace) -> dict[str, 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"
         argv = ["eval", "--config", str(ROOT / config), "--model", args.model]
-        argv += ["--out", str(out), "--seed", str(args.seed)]
+        argv += ["--out", str(out), "--seed", str(args.seed), *sizes(args)]
         if window:
             argv += ["--context-window", str(window)]
         quiet = io.StringIO()
@@ -118,7 +119,9 @@ def run_config(config: str, window: int, args: argparse.Namespace) -> dict[str, 
 
 def measure(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Each shipped config's figures in this tree, per window (keyed "config@window")."""
-    transcripts = builtin_transcripts(seed=args.seed)
+    transcripts = builtin_transcripts(
+        rounds=args.agent_rounds, turns=args.chat_turns, documents=args.documents, seed=args.seed
+    )
     probes = [p for t in transcripts for p in t.probes]
     kept = frozenset(p.answer for p in probes if p.category == KEPT_CATEGORY)
     logging.disable(logging.WARNING)  # the proxy's start-up notes, once per config
@@ -143,6 +146,7 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 def measure_in(source: Path, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The same figures measured in another checkout, by this file run with that tree's code."""
     argv = [sys.executable, str(HERE), "--json", "--model", args.model, "--seed", str(args.seed)]
+    argv += sizes(args)
     argv += ["--context-window", *map(str, args.context_window)]
     env = {**os.environ, "PYTHONPATH": str(source.resolve())}
     done = subprocess.run(
@@ -151,6 +155,15 @@ def measure_in(source: Path, args: argparse.Namespace) -> dict[str, dict[str, An
     if done.returncode != 0:
         raise SystemExit(f"the baseline run failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout)
+
+
+def sizes(args: argparse.Namespace) -> list[str]:
+    """eval's options for the sizes of its built-in transcripts."""
+    return [
+        *("--agent-rounds", str(args.agent_rounds)),
+        *("--chat-turns", str(args.chat_turns)),
+        *("--documents", str(args.documents)),
+    ]
 
 
 def _pct(value: float | None) -> str:
@@ -193,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         help="eval's --context-window, one run per value (0: the model's own; default: 0 8000)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed of the built-in transcripts")
+    # Larger transcripts than eval's defaults reach the price trigger's floor (pays_from_tokens)
+    # under a real model's own window: 400 rounds is about 40k tokens.
+    parser.add_argument("--agent-rounds", type=int, default=120, help="coding agent tool rounds")
+    parser.add_argument("--chat-turns", type=int, default=60, help="long chat turns")
+    parser.add_argument("--documents", type=int, default=24, help="research session searches")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     if args.json:

@@ -390,3 +390,20 @@ def test_a_summary_comes_instead_of_a_batch_of_stubs_once_it_pays(tiktoken_files
     assert all(sizes[k - 1] < 8000 for k in moved if k < first), (moved, sizes)
     # ...and the summary came instead of the next one, which was held back meanwhile.
     assert sizes[first - 1] >= 8000 and first - 1 not in moved, (moved, sizes)
+
+
+def test_the_default_floor_weighs_a_conversation_from_20k_tokens(tiktoken_files: object) -> None:
+    """A conversation of 20-30k tokens (a short agent task, a long chat) is weighed by price under
+    the default ``pays_from_tokens``: compacted once a summary pays, not left whole until 32k."""
+    shipped_floor = CONFIG.replace(", pays_from_tokens: 2000", "")
+    clock = Clock()
+    bodies = [turns(n) for n in range(20, 30)]
+    outcomes = asyncio.run(
+        play(
+            compactor(shipped_floor.format(pays="true", reference=SONNET), clock),
+            clock,
+            bodies,
+            [MINUTE] * len(bodies),
+        )
+    )
+    assert "applied" in outcomes, outcomes

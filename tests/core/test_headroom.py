@@ -92,3 +92,35 @@ def test_a_fixed_prompt_near_the_trigger_keeps_the_newest_round_and_says_so(
         assert p.summary_request.covered == p.grouping.last_cut()  # the newest round stays
         fixed, starts = p.headroom_short or (0, 0)
         assert starts == 36_000 and fixed > 33_000
+
+
+def test_a_lower_price_floor_keeps_as_much_of_the_newest_work(counter: TokenCounter) -> None:
+    """The price trigger fired (``fire``) on one long agent run: its cut keeps the same newest
+    rounds verbatim whether it looks from 20k or from 32k tokens (the floor says when compacting is
+    weighed, not how much of the agent's newest work goes into the summary)."""
+    history = next(
+        prefix
+        for prefix in requests(agent_history(80))
+        if counter.count_text(str(prefix), "gpt-4o") > 40_000
+    )
+
+    def kept(floor: int) -> int:
+        policy = PolicySettings.model_validate(
+            {"trigger": {"context_fraction": 0, "pays": True, "pays_from_tokens": floor}}
+        )
+        planned = plan(
+            history,
+            policy,
+            model="gpt-4o",
+            counter=counter,
+            model_info=None,
+            prior=None,
+            tools=TOOLS,
+            fire=("pays",),
+        )
+        assert planned.summary_request is not None
+        ctx = planned._context
+        assert ctx is not None
+        return planned.grouping.kept_tokens(ctx.counts, planned.summary_request.covered)
+
+    assert kept(20_000) == kept(32_000) > 5_000
