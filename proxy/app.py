@@ -178,11 +178,9 @@ def _routes(settings: Settings, proxy: _Proxy, tenancy: Tenancy) -> list[BaseRou
         settings.upstream,
         own_headers=frozenset({settings.conversation.own_header.lower().encode()}),
     )
+    # Starlette tries the routes in order, a regular expression each: the proxied ones come
+    # first, the probes' paths (none under /v1) after them.
     return [
-        Route("/", _reachable, methods=["HEAD"]),
-        Route("/healthz", _healthz, methods=["GET"]),
-        Route("/readyz", proxy.readyz, methods=["GET"]),
-        Route("/metrics", proxy.metrics_endpoint, methods=["GET"]),
         Route("/v1/chat/completions", CompactedRoute(resources, CHAT, openai), methods=["POST"]),
         Route("/v1/responses", CompactedRoute(resources, RESPONSES, openai), methods=["POST"]),
         Route("/v1/messages", CompactedRoute(resources, MESSAGES, anthropic), methods=["POST"]),
@@ -191,6 +189,10 @@ def _routes(settings: Settings, proxy: _Proxy, tenancy: Tenancy) -> list[BaseRou
             CompactedRoute(resources, RESPONSES_COMPACT, openai),
             methods=["POST"],
         ),
+        Route("/", _reachable, methods=["HEAD"]),
+        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/readyz", proxy.readyz, methods=["GET"]),
+        Route("/metrics", proxy.metrics_endpoint, methods=["GET"]),
         # The rest of Anthropic's Messages API (count_tokens, batches, other methods) goes to the
         # Anthropic upstream unchanged: never to the OpenAI one, with an Anthropic key.
         Route("/v1/messages", PassThrough(resources, anthropic)),

@@ -34,7 +34,12 @@ def logging_config(level: str, *, access_log: bool = True) -> dict[str, Any]:
     config: dict[str, Any] = {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+        "formatters": {
+            "plain": {
+                "class": "proxy.server.log_format.PlainFormatter",
+                "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            }
+        },
         "handlers": {
             "stderr": {
                 "class": "logging.StreamHandler",

@@ -20,7 +20,8 @@ request's parsed body is never changed.
 Across requests a conversation sends its history again with a few messages appended. Building
 the key of every message and hashing its text (a SipHash of the whole transcript, the bulk of a
 long conversation's first look) would find what the previous request found: so the first look
-of a request follows the last history that began with the same two messages. It holds a
+of a request follows the last history that began with the same two messages (one long enough
+to pay for it: a few messages, or a long text, past those two). It holds a
 private copy of each message whose key is made of strings alone (the fast shapes), and a
 message equal to its copy has that very key (a string equals only a string, None only None),
 so it takes the copy's facts after one comparison of its text; from the first message that
@@ -51,6 +52,11 @@ _CALLS_TAG = "\x00calls"
 _OTHER_TAG = "\x00json"
 _EVICT_TO = 0.75  # share of the bounds kept when the cache is trimmed
 _ANCHOR = 2  # the messages that name a history to follow (keyed as any other)
+# A history is followed (copied, then compared next time) only past either bound, counted after
+# its first two messages: below both, building the keys and hashing the text costs less than
+# keeping the copies (in process, 2.8 against 3.9 us for three short messages).
+_FOLLOW_MESSAGES = 5
+_FOLLOW_CHARS = 2048
 
 
 class Facts:
@@ -157,7 +163,8 @@ class FactCache(_Lookups):
     ) -> list[Facts]:
         """The first look of a request at a history: ``_lookup``, where the messages equal to
         the last history that began with the same two messages take its facts by comparison
-        (see the module docstring), and this history becomes the one to follow."""
+        (see the module docstring), and this history becomes the one to follow when it is
+        long enough to pay for its copies (``_FOLLOW_MESSAGES``, ``_FOLLOW_CHARS``)."""
         out = self._lookup(messages[:_ANCHOR], seen, held)
         anchor = (out[0], out[1])
         clock = self._clock
@@ -178,6 +185,7 @@ class FactCache(_Lookups):
                 start += 1
             copies = last.copies[:start]
         entries = self._entries
+        keys = []
         for message in messages[start:]:
             key = _key(message)
             facts = seen.get(id(message)) or entries.get(key) or self._add(key)
@@ -185,8 +193,14 @@ class FactCache(_Lookups):
             seen[id(message)] = facts
             held.append(message)
             out.append(facts)
-            copies.append(_copy(message, key))
-        self._remember(anchor, _History(copies, out, sum(f.size for f in out)))
+            keys.append(key)
+        chars = sum(f.size for f in out)
+        if (
+            len(messages) - _ANCHOR >= _FOLLOW_MESSAGES
+            or chars - out[0].size - out[1].size >= _FOLLOW_CHARS
+        ):
+            copies += map(_copy, messages[start:], keys)
+            self._remember(anchor, _History(copies, out, chars))
         return out
 
     def _remember(self, anchor: tuple[Facts, Facts], history: _History) -> None:

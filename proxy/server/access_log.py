@@ -87,7 +87,11 @@ def _write(scope: Scope, exchange: Exchange, *, total_ms: float) -> None:
     }
     if exchange.client_left:
         record["client_left"] = True
-    logger.info(_line(record))
+    # Handed to the handlers as logger.info would, without looking up its caller (the frames
+    # walked and the file name normalised on every request): the line never shows it.
+    logger.handle(
+        logger.makeRecord(logger.name, logging.INFO, __file__, 0, _line(record), (), None, "_write")
+    )
 
 
 def _line(record: dict[str, object]) -> str:

@@ -259,3 +259,24 @@ def test_the_followed_histories_are_bounded_and_keep_no_request_objects() -> Non
     with small.request() as facts:
         facts.scan(history(40))  # past half the characters: not followed
     assert not small._histories
+
+
+def test_a_short_history_is_looked_up_as_it_comes_with_the_same_facts() -> None:
+    """Following a history pays for its copies only once it holds a few messages or a long
+    text past the first two; a shorter one is looked up by key, to the same facts."""
+    cache = FactCache()
+    with cache.request() as facts:
+        first = facts.scan(history(1))  # four short messages
+    assert not cache._histories
+    with cache.request() as facts:
+        again = facts.scan(history(1))
+        digests = facts.digests(history(1))
+    assert again == first
+    assert digests == [message_digest(m) for m in history(1)]
+    pasted = [user("read this"), assistant("go on"), user("a pasted file " * 500)]
+    with cache.request() as facts:
+        facts.scan(pasted)
+    assert len(cache._histories) == 1  # its long text is compared next time, not hashed
+    with cache.request() as facts:
+        facts.scan(history(3))
+    assert len(cache._histories) == 2
