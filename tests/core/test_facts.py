@@ -306,3 +306,18 @@ def test_a_request_looking_again_at_its_history_gets_the_same_facts() -> None:
         assert facts.scan(longer)[:-1] == facts.scan(other)
     with cache.request() as facts:
         assert facts.scan(history(4)) == cache.scan(history(4))
+
+
+def test_a_history_followed_whole_keeps_its_facts_and_a_null_message_is_still_refused() -> None:
+    """A history sent again whole takes the last one's facts; a message the last history held
+    no copy of (not of a fast shape) is never vouched for by comparison, not even a null in its
+    place."""
+    cache = FactCache()
+    odd = {"role": "user", "content": [{"type": "text", "text": "see"}]}  # no copy kept
+    with cache.request() as facts:
+        before = facts.scan([*history(3), odd])
+        validate_messages([*history(3), odd], facts=facts)
+    with cache.request() as facts:
+        assert facts.scan([*history(3), odd]) == before
+    with cache.request() as facts, pytest.raises(InvalidMessage):
+        validate_messages([*history(3), None], facts=facts)
