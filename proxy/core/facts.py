@@ -37,6 +37,7 @@ import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
+from operator import attrgetter, is_
 from typing import Any
 
 from proxy import wirejson
@@ -57,6 +58,7 @@ _ANCHOR = 2  # the messages that name a history to follow (keyed as any other)
 # keeping the copies (in process, 2.8 against 3.9 us for three short messages).
 _FOLLOW_MESSAGES = 5
 _FOLLOW_CHARS = 2048
+_SIZE = attrgetter("size")
 
 
 class Facts:
@@ -173,6 +175,19 @@ class FactCache(_Lookups):
         last = self._histories.get(anchor)
         if last is not None:
             end = min(len(messages), len(last.copies))
+            # Most requests send the last history again with messages appended: its messages
+            # are compared as one list first (the loop in C), and only when one differs, or
+            # has no copy, message by message to find the first that does.
+            followed = last.copies[start:end]
+            if end > start and None not in followed and messages[start:end] == followed:
+                found = last.facts[start:end]
+                for facts in found:
+                    facts.used = clock
+                kept = messages[start:end]
+                seen.update(zip(map(id, kept), found, strict=True))
+                held.extend(kept)
+                out.extend(found)
+                start = end
             while start < end:
                 message, copy = messages[start], last.copies[start]
                 if copy is None or message != copy:
@@ -194,7 +209,7 @@ class FactCache(_Lookups):
             held.append(message)
             out.append(facts)
             keys.append(key)
-        chars = sum(f.size for f in out)
+        chars = sum(map(_SIZE, out))
         if (
             len(messages) - _ANCHOR >= _FOLLOW_MESSAGES
             or chars - out[0].size - out[1].size >= _FOLLOW_CHARS
@@ -244,29 +259,50 @@ class FactCache(_Lookups):
 
 class RequestFacts(_Lookups):
     """One request's view of a ``FactCache``: id -> facts of the message objects looked up so
-    far. The messages are held, so no other object can take one of their ids meanwhile."""
+    far. The messages are held, so no other object can take one of their ids meanwhile.
 
-    __slots__ = ("_held", "_seen", "cache")
+    A request looks at its whole history several times (validation, the chain, the counts,
+    recall's notes), each time the same message objects or a prefix of them: the longest list
+    looked at is remembered with its facts, and a list whose items are those very objects, in
+    order, gets their facts back after one comparison of identities, not a lookup a message."""
+
+    __slots__ = ("_held", "_longest", "_seen", "cache")
 
     def __init__(self, cache: FactCache) -> None:
         self.cache = cache
         self._seen: dict[int, Facts] | None = {}
         self._held: list[Any] = []
+        # A private copy of the longest list looked at (a caller may change its own list later),
+        # and its facts.
+        self._longest: tuple[list[Any], list[Facts]] | None = None
 
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         """As ``FactCache.scan``; a message object seen before through this view costs a dict
-        lookup by identity, and the view's first look at a history follows the last one that
-        began like it (``FactCache._follow``)."""
+        lookup by identity, the view's first look at a history follows the last one that
+        began like it (``FactCache._follow``), and a prefix of the longest list looked at (the
+        same objects) costs a comparison of identities."""
         seen = self._seen
-        if seen is not None and not self._held and len(messages) > _ANCHOR:
-            return self.cache._follow(messages, seen, self._held)
-        return self.cache._lookup(messages, seen, self._held)
+        if seen is None:  # closed: the cache itself
+            return self.cache._lookup(messages, None, None)
+        longest = self._longest
+        count = len(messages)
+        # map stops at the shorter list: with count <= len(longest), every message is compared.
+        if longest is not None and count <= len(longest[0]) and all(map(is_, messages, longest[0])):
+            return longest[1][:count]
+        if not self._held and count > _ANCHOR:
+            found = self.cache._follow(messages, seen, self._held)
+        else:
+            found = self.cache._lookup(messages, seen, self._held)
+        if longest is None or count > len(longest[0]):
+            self._longest = (list(messages), found[:])
+        return found
 
     def close(self) -> None:
         # Whatever keeps the view after the request (a task made during it) must not keep the
         # request's messages alive, nor memo new ones.
         self._seen = None
         self._held = []
+        self._longest = None
 
 
 class _History:

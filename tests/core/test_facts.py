@@ -280,3 +280,44 @@ def test_a_short_history_is_looked_up_as_it_comes_with_the_same_facts() -> None:
     with cache.request() as facts:
         facts.scan(history(3))
     assert len(cache._histories) == 2
+
+
+def test_a_request_looking_again_at_its_history_gets_the_same_facts() -> None:
+    """Within a request, the history and its prefixes are looked at several times: each look
+    gets the facts a fresh lookup gives, whatever list it is handed."""
+    cache = FactCache()
+    messages = history(4)
+    other = history(4)
+    other[5] = tool("c1", "another text")
+    with cache.request() as facts:
+        whole = facts.scan(messages)
+        assert facts.scan(messages) == whole
+        assert facts.scan(messages[:5]) == whole[:5]
+        assert facts.scan([]) == []
+        # The same length, one other object: found by its own key.
+        assert facts.scan([*messages[:5], other[5], *messages[6:]])[5] is not whole[5]
+        assert facts.scan(other)[5] is facts.scan([other[5]])[0] is not whole[5]
+        # A list the caller changed after it was looked at is looked at as it is now.
+        messages[2] = other[5]
+        assert facts.scan(messages)[2] is facts.scan([other[5]])[0]
+        assert facts.scan(messages)[3:] == whole[3:]
+        # A longer list of the same objects: each one found, the new one too.
+        longer = [*other, user("next")]
+        assert facts.scan(longer)[:-1] == facts.scan(other)
+    with cache.request() as facts:
+        assert facts.scan(history(4)) == cache.scan(history(4))
+
+
+def test_a_history_followed_whole_keeps_its_facts_and_a_null_message_is_still_refused() -> None:
+    """A history sent again whole takes the last one's facts; a message the last history held
+    no copy of (not of a fast shape) is never vouched for by comparison, not even a null in its
+    place."""
+    cache = FactCache()
+    odd = {"role": "user", "content": [{"type": "text", "text": "see"}]}  # no copy kept
+    with cache.request() as facts:
+        before = facts.scan([*history(3), odd])
+        validate_messages([*history(3), odd], facts=facts)
+    with cache.request() as facts:
+        assert facts.scan([*history(3), odd]) == before
+    with cache.request() as facts, pytest.raises(InvalidMessage):
+        validate_messages([*history(3), None], facts=facts)
