@@ -2,8 +2,9 @@
 
 The route makes one call per request, ``Incoming -> Decision`` (``decision``): the one
 ``Compactor.decide_for`` handed it when it was built (``Compactor.decide``, or straight the
-rewriter's on a route where no agent's own compaction is answered); the decision's ``FollowUp`` (``follow_up``) hears the provider's answer. The root holds the shared
-leaves and the pipeline; each axis is a sub-package (tests/compaction/test_axes.py keeps every
+rewriter's on a route where no agent's own compaction is answered); the decision's
+``FollowUp`` (``follow_up``) hears the provider's answer. The root holds the shared leaves and
+the pipeline; each axis is a sub-package (tests/compaction/test_axes.py keeps every
 import going down its floors):
 
 - the root: ``rewriter`` (decide -> plan -> render, for one request), ``protocol`` (every

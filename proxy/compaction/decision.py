@@ -1,8 +1,8 @@
 """The crossing between the route and compaction: the route hands one ``Incoming`` to the call
-``Compactor.decide_for`` gave it and gets one ``Decision``: the body to send, the headers to add to the
-answer, a ``FollowUp`` with named steps for after the answer, and the ``AnswerStage``s the
-forwarder runs on the provider's answer before it is relayed (docs/architecture.md, "The path
-of one request").
+``Compactor.decide_for`` gave it and gets one ``Decision``: the body to send, the headers to add
+to the answer, a ``FollowUp`` with named steps for after the answer, and the ``AnswerStage``s
+the forwarder runs on the provider's answer before it is relayed (docs/architecture.md, "The
+path of one request").
 
 A stage is one small object with one method, built only for a request whose plan needs it:
 the native report, the overflow rescue, the recall rounds. Compaction decides which a request

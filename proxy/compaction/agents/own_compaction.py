@@ -3,9 +3,10 @@ answered from the conversation's ready summary, ``/v1/responses/compact`` answer
 provider has none, and the compaction items the proxy handed out opened again before a provider
 sees them.
 
-This is a stage before the rewriter (``Compactor.decide``, on the routes it serves): a request it does not recognise goes
-on to the rewriter unchanged, and so does every request the proxy cannot be sure of. Recognising
-costs a byte search on the body the rewriter reads anyway; only a match is parsed twice.
+This is a stage before the rewriter (``Compactor.decide``, on the routes it serves): a request
+it does not recognise goes on to the rewriter unchanged, and so does every request the proxy
+cannot be sure of. Recognising costs a byte search on the body the rewriter reads anyway; only
+a match is parsed twice.
 """
 
 from __future__ import annotations
