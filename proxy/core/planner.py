@@ -40,10 +40,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import repeat
+from operator import contains
 
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
-from proxy.core.interactions import Grouping, group, strip_agent_summaries
+from proxy.core.interactions import Grouping, strip_agent_summaries
 from proxy.core.keep import first_kept, keep_for
 from proxy.core.pins import PINNED, pinned, unpinned
 from proxy.core.plan import (
@@ -97,9 +99,10 @@ def plan(
         if policy.strategy == "off"
         else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
     )
-    grouping = group(source)
+    grouping = counter.groupings.group(source)
     compacts = policy.strategy != "off"
-    if compacts and (policy.pin or any(PINNED in m for m in source)):
+    # ``PINNED in m`` for each message, in C (a pass over every message of a long history).
+    if compacts and (policy.pin or any(map(contains, source, repeat(PINNED)))):
         # The policy's pins, and what a dialect pinned (PINNED).
         facts = counter.facts_of(source) if policy.pin else None
         found = pinned(source, grouping, policy.pin, facts)

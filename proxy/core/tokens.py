@@ -25,11 +25,13 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
+from operator import attrgetter, methodcaller
 from typing import Any
 
 import tiktoken
 
 from proxy.core.facts import FactCache, FactLookup, Facts
+from proxy.core.interactions import Groupings
 from proxy.core.policy import ModelInfo
 from proxy.errors import InvalidRequest
 from proxy.types import MessageView
@@ -100,6 +102,9 @@ def _approximate(text: str) -> int:
     return math.ceil(len(text.encode("utf-8", "surrogatepass")) / APPROX_BYTES_PER_TOKEN)
 
 
+_TOKENS = attrgetter("tokens")
+
+
 class TokenCounter:
     """Counts messages per model; a message's count is cached per encoding with the rest of
     what is known about it (``facts``, a bounded LRU keyed by the message's exact content), so
@@ -121,6 +126,8 @@ class TokenCounter:
         self._lengths: dict[str, Length] = {}
         self._model_encoding: dict[str, str] = {}
         self._fallbacks: set[str] = set()  # encodings approximated (shared with request views)
+        # How the last histories split into interactions, read on as they grow (the planner's).
+        self.groupings = Groupings(self.facts.max_histories)
 
     def with_facts(self, facts: FactLookup) -> TokenCounter:
         """This counter, looking messages up through ``facts`` (a request's view of
@@ -203,14 +210,16 @@ class TokenCounter:
 
     def per_message(self, messages: Sequence[MessageView], model: str) -> list[int]:
         encoding = self.encoding_name(model)
-        counts = []
-        # Big requests are counted in worker threads (proxy.compaction.rewriter) while the event
-        # loop counts others: losing a race on the cache only costs a recount (proxy.core.facts).
-        for message, facts in zip(messages, self._lookup.scan(messages), strict=True):
-            tokens = facts.tokens.get(encoding)
-            if tokens is None:
-                tokens = facts.tokens[encoding] = _message_tokens(message, self._length(encoding))
-            counts.append(tokens)
+        known = self._lookup.scan(messages)
+        # Read in C: most messages were counted on an earlier turn. Big requests are counted in
+        # worker threads (proxy.compaction.rewriter) while the event loop counts others: losing
+        # a race on the cache only costs a recount (proxy.core.facts).
+        counts = list(map(methodcaller("get", encoding), map(_TOKENS, known)))
+        if None in counts:
+            length = self._length(encoding)
+            for i, tokens in enumerate(counts):
+                if tokens is None:
+                    counts[i] = known[i].tokens[encoding] = _message_tokens(messages[i], length)
         return counts
 
     def count_messages(self, messages: Sequence[MessageView], model: str) -> int:
