@@ -16,6 +16,22 @@ from proxy import wirejson
 from proxy.errors import InvalidRequest
 
 
+@pytest.fixture(autouse=True)
+def follow_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reuse must hold at any size: these bodies are small, and followed all the same."""
+    monkeypatch.setattr(wirejson, "FOLLOW_BYTES", 0)
+
+
+def test_a_small_body_is_parsed_whole_and_not_followed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    raw = json.dumps({"model": "m", "messages": _turns(3)}).encode()
+    assert len(raw) < wirejson.FOLLOW_BYTES
+    parsed = wirejson.parse_body(raw, "messages")
+    assert parsed.value == json.loads(raw) and not parsed.head
+    big = json.dumps({"model": "m", "messages": _turns(200)}).encode()
+    assert wirejson.parse_body(big, "messages").head
+
+
 def _turns(n: int, start: int = 0) -> list[dict]:
     out: list[dict] = []
     for i in range(start, start + n):

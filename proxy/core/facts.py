@@ -59,7 +59,6 @@ _ANCHOR = 2  # the messages that name a history to follow (keyed as any other)
 _FOLLOW_MESSAGES = 5
 _FOLLOW_CHARS = 2048
 _SIZE = attrgetter("size")
-_DIGEST = attrgetter("digest")
 
 
 class Facts:
@@ -87,12 +86,12 @@ class _Lookups:
 
     def digests(self, messages: Sequence[MessageView]) -> list[bytes]:
         """Each message's digest in the checkpoint chain, computed once per distinct message."""
-        known = self.scan(messages)
-        out = list(map(_DIGEST, known))  # in C: most were computed on an earlier turn
-        if None in out:
-            for i, digest in enumerate(out):
-                if digest is None:
-                    out[i] = known[i].digest = message_digest(messages[i])
+        out = []
+        for message, facts in zip(messages, self.scan(messages), strict=True):
+            digest = facts.digest
+            if digest is None:
+                digest = facts.digest = message_digest(message)
+            out.append(digest)
         return out
 
 

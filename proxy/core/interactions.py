@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import methodcaller
+from operator import not_
 from typing import TypeVar
 
 from proxy.core.summary_message import is_agent_summary
@@ -38,7 +38,6 @@ M = TypeVar("M", bound=MessageView)  # the caller's messages come back as it hol
 
 _PREAMBLE_ROLES = frozenset({"system", "developer"})
 _RESULT_ROLES = frozenset({"tool", "function"})
-_ROLE = methodcaller("get", "role")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +182,14 @@ class _Scan:
     call_at: dict[str, int]  # each tool call id -> where its latest call is
     last_function_call: int  # where the latest legacy function_call is (-1: none)
     links: list[tuple[int, int]]  # (call, result) pairs a result answers, in result order
+    starts: list[int]  # where each interaction starts
+    closed: list[int]  # the round ends before the last message (the last may not end one)
+    round_ends: list[int]
+    blocked: frozenset[int]  # the boundaries a call and its answer lie across
+
+
+# Past this many new answers, the boundaries they block are found in one sweep over all.
+_MARKED_LINKS = 16
 
 
 def _scan(messages: Sequence[MessageView], last: _Scan | None) -> _Scan:
@@ -221,32 +228,64 @@ def _scan(messages: Sequence[MessageView], last: _Scan | None) -> _Scan:
         elif role == "function" and last_function_call >= 0:
             # Legacy functions carry no id: the result answers the latest function_call.
             links.append((last_function_call, j))
+    # Interaction starts and round ends before ``start`` are what ``last`` found (a message
+    # appended changes neither), unless all it read was preamble.
+    p = preamble_len
+    if last is None or last.preamble_len == start:
+        starts = [i for i in range(p, total) if i == p or roles[i] == "user"]
+        closed = [b for b in range(p + 1, total) if _round_end(roles, b)]
+        new_links, blocked = links, frozenset[int]()
+    else:
+        starts = [*last.starts, *(i for i in range(start, total) if roles[i] == "user")]
+        closed = [*last.closed, *(b for b in range(start, total) if _round_end(roles, b))]
+        new_links, blocked = links[len(last.links) :], last.blocked
+    round_ends = [*closed, total] if total > p and roles[total - 1] in _RESULT_ROLES else closed
+    if new_links:
+        # A call at i answered at j blocks every boundary b with i < b <= j; a new answer
+        # (j past ``start``) can block an older boundary, an older one never a new boundary.
+        bounds = sorted({*starts, *round_ends})
+        if new_links is links or len(new_links) > _MARKED_LINKS:
+            safety = _safe_cuts(links, bounds)
+            blocked = frozenset(b for b, ok in zip(bounds, safety, strict=True) if not ok)
+        else:
+            marked = set(blocked)
+            for i, j in new_links:
+                marked.update(bounds[bisect_right(bounds, i) : bisect_right(bounds, j)])
+            blocked = frozenset(marked)
     listed = messages if isinstance(messages, list) else list(messages)
-    return _Scan(listed, roles, preamble_len, call_at, last_function_call, links)
+    return _Scan(
+        listed,
+        roles,
+        preamble_len,
+        call_at,
+        last_function_call,
+        links,
+        starts,
+        closed,
+        round_ends,
+        blocked,
+    )
+
+
+def _round_end(roles: list[object], b: int) -> bool:
+    """Whether a tool round ends right before ``b`` (which is not past the last message)."""
+    return roles[b - 1] in _RESULT_ROLES and roles[b] not in _RESULT_ROLES
 
 
 def _grouping(scan: _Scan) -> Grouping:
-    roles, preamble_len = scan.roles, scan.preamble_len
-    total = len(roles)
-    starts = [i for i in range(preamble_len, total) if i == preamble_len or roles[i] == "user"]
-    round_ends = [
-        b
-        for b in range(preamble_len + 1, total + 1)
-        if roles[b - 1] in _RESULT_ROLES and (b == total or roles[b] not in _RESULT_ROLES)
-    ]
-    boundaries = sorted({*starts, *round_ends})
-    safety = _safe_cuts(scan.links, boundaries)
-    blocked = {b for b, ok in zip(boundaries, safety, strict=True) if not ok}
-    safe = tuple(start not in blocked for start in starts)
-    start_set = set(starts)
-    cuts = sorted(
-        {s for s, ok in zip(starts, safe, strict=True) if ok}.union(
-            b for b in round_ends if b < total and b not in blocked and b not in start_set
-        )
-    )
-    first_is_user = bool(starts) and roles[starts[0]] == "user"
+    starts, blocked, total = scan.starts, scan.blocked, len(scan.roles)
+    safe = tuple(map(not_, map(blocked.__contains__, starts)))  # in C
+    # Every boundary not blocked: the safe starts, and the round ends before the last message.
+    cuts = sorted(set(starts).union(scan.closed).difference(blocked))
+    first_is_user = bool(starts) and scan.roles[starts[0]] == "user"
     return Grouping(
-        preamble_len, tuple(starts), total, safe, tuple(cuts), tuple(round_ends), first_is_user
+        scan.preamble_len,
+        tuple(starts),
+        total,
+        safe,
+        tuple(cuts),
+        tuple(scan.round_ends),
+        first_is_user,
     )
 
 
@@ -269,12 +308,7 @@ def strip_agent_summaries(messages: list[M], *, final_prompt: str | None = None)
     client's own message using the tag is left alone (``is_agent_summary``; ``final_prompt``:
     the policy's own frame, recognised as well as the built-in one)."""
     ours = partial(is_agent_summary, final_prompt=final_prompt)
-    roles = list(map(_ROLE, messages))  # in C, and so is the search for system messages
-    at = -1
-    try:
-        while True:
-            at = roles.index("system", at + 1)
-            if ours(messages[at]):
-                return [m for m in messages if not ours(m)]
-    except ValueError:  # no system message left to look at
-        return messages
+    for message in messages:  # a plain loop: twice as fast as any() over a long history
+        if message.get("role") == "system" and ours(message):
+            return [m for m in messages if not ours(m)]
+    return messages

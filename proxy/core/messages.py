@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from operator import attrgetter
 from typing import Any, Final, cast
 
 from proxy.core.facts import FactLookup
@@ -32,7 +31,6 @@ _PART_FIELDS = {
     "file": ("file", dict),
     "refusal": ("refusal", str),
 }
-_VALID = attrgetter("valid")
 _CONTENT_REQUIRED = frozenset({"system", "developer", "user", "tool"})
 _PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})  # need nothing but content
 
@@ -53,12 +51,10 @@ def validate_messages(raw: object, *, facts: FactLookup | None = None) -> list[C
         for index, message in enumerate(raw):
             _validate_message(index, message)
         return cast("list[ChatMessage]", raw)
-    scanned = cache.scan(raw)
-    if not all(map(_VALID, scanned)):  # in C: most were validated on an earlier turn
-        for index, known in enumerate(scanned):
-            if not known.valid:
-                _validate_message(index, raw[index])
-                known.valid = True
+    for index, known in enumerate(cache.scan(raw)):
+        if not known.valid:
+            _validate_message(index, raw[index])
+            known.valid = True
     return cast("list[ChatMessage]", raw)
 
 

@@ -40,8 +40,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import repeat
-from operator import contains
 
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
@@ -101,8 +99,7 @@ def plan(
     )
     grouping = counter.groupings.group(source)
     compacts = policy.strategy != "off"
-    # ``PINNED in m`` for each message, in C (a pass over every message of a long history).
-    if compacts and (policy.pin or any(map(contains, source, repeat(PINNED)))):
+    if compacts and (policy.pin or any(PINNED in m for m in source)):
         # The policy's pins, and what a dialect pinned (PINNED).
         facts = counter.facts_of(source) if policy.pin else None
         found = pinned(source, grouping, policy.pin, facts)

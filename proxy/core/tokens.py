@@ -25,7 +25,6 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
-from operator import attrgetter, methodcaller
 from typing import Any
 
 import tiktoken
@@ -100,9 +99,6 @@ def pieces(text: str, size: int = COUNT_PIECE_CHARS) -> Iterator[str]:
 
 def _approximate(text: str) -> int:
     return math.ceil(len(text.encode("utf-8", "surrogatepass")) / APPROX_BYTES_PER_TOKEN)
-
-
-_TOKENS = attrgetter("tokens")
 
 
 class TokenCounter:
@@ -210,16 +206,14 @@ class TokenCounter:
 
     def per_message(self, messages: Sequence[MessageView], model: str) -> list[int]:
         encoding = self.encoding_name(model)
-        known = self._lookup.scan(messages)
-        # Read in C: most messages were counted on an earlier turn. Big requests are counted in
-        # worker threads (proxy.compaction.rewriter) while the event loop counts others: losing
-        # a race on the cache only costs a recount (proxy.core.facts).
-        counts = list(map(methodcaller("get", encoding), map(_TOKENS, known)))
-        if None in counts:
-            length = self._length(encoding)
-            for i, tokens in enumerate(counts):
-                if tokens is None:
-                    counts[i] = known[i].tokens[encoding] = _message_tokens(messages[i], length)
+        counts = []
+        # Big requests are counted in worker threads (proxy.compaction.rewriter) while the event
+        # loop counts others: losing a race on the cache only costs a recount (proxy.core.facts).
+        for message, facts in zip(messages, self._lookup.scan(messages), strict=True):
+            tokens = facts.tokens.get(encoding)
+            if tokens is None:
+                tokens = facts.tokens[encoding] = _message_tokens(message, self._length(encoding))
+            counts.append(tokens)
         return counts
 
     def count_messages(self, messages: Sequence[MessageView], model: str) -> int:

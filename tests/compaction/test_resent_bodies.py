@@ -8,6 +8,7 @@ import json
 
 import httpx
 
+from proxy import wirejson
 from tests.support.anthropic_provider import AnthropicProvider
 from tests.support.clients import KEY
 from tests.support.config import config
@@ -20,7 +21,9 @@ OTHER_KEY = "sk-caller-two"
 def _turns(n: int, tag: str = "") -> list[dict]:
     out: list[dict] = [{"role": "system", "content": "You are terse."}]
     for i in range(n):
-        out.append({"role": "user", "content": f"{tag}question {i}: why is caf\u00e9 \u2192 slow?"})
+        # Long enough (over wirejson.FOLLOW_BYTES in all) for the proxy to follow the history.
+        text = f"{tag}question {i}: why is caf\u00e9 \u2192 slow? " + "details " * 240
+        out.append({"role": "user", "content": text})
         out.append({"role": "assistant", "content": f"{tag}answer {i}: the cache \U0001f600"})
     return out
 
@@ -61,6 +64,7 @@ def test_every_change_to_a_history_sent_again_reaches_the_provider(
         [*history[:5], {"role": "user", "content": "edited"}, *history[6:]],  # one in the middle
         [*history, {"role": "user", "content": "again"}],
     ]
+    assert len(json.dumps(history[:-4])) > wirejson.FOLLOW_BYTES  # followed, every one
     for i, messages in enumerate(sent):
         answer = _send(proxy, messages, compact=i % 2 == 1)  # the client's spacing changes too
         assert answer.status_code == 200, answer.text
@@ -102,7 +106,7 @@ def test_an_anthropic_message_after_a_history_sent_again_is_still_checked(
         m
         for i in range(6)
         for m in (
-            {"role": "user", "content": f"q{i}"},
+            {"role": "user", "content": f"q{i} " + "details " * 400},
             {"role": "assistant", "content": [{"type": "text", "text": f"a{i}"}]},
         )
     ]
