@@ -142,13 +142,16 @@ class Groupings:
     is read only past what was read of it before: the pass over every message (roles, calls,
     the results that answer them) runs over the new messages alone. A history is found by its
     first message object and holds the list it was read from (its objects stay alive, so that
-    identity names them); the messages before the new ones must equal those it read. Shared
-    with worker threads: a lookup takes a reference, a store is one dict operation under a
-    lock, and what is stored is never changed."""
+    identity names them: in the proxy, mostly the very objects of the conversation's last body,
+    ``proxy.compaction.reading.LastBodies``); the messages before the new ones must equal those
+    it read. Bounded by histories and by the messages they hold. Shared with worker threads: a
+    lookup takes a reference, a store is made under a lock, and what is stored never changes."""
 
-    def __init__(self, max_histories: int = 64) -> None:
+    def __init__(self, max_histories: int = 64, max_messages: int = 1 << 17) -> None:
         self.max_histories = max_histories
+        self.max_messages = max_messages
         self._scans: OrderedDict[int, _Scan] = OrderedDict()
+        self._held = 0  # messages the scans hold
         self._lock = threading.Lock()
 
     def group(self, messages: Sequence[MessageView]) -> Grouping:
@@ -163,12 +166,16 @@ class Groupings:
         ):
             last = None
         scan = _scan(messages, last)
-        if last is None or len(messages) > len(last.messages):
+        if (last is None or len(messages) > len(last.messages)) and (
+            len(messages) <= self.max_messages
+        ):
             with self._lock:
+                old = self._scans.pop(key, None)
+                self._held += len(messages) - (0 if old is None else len(old.messages))
                 self._scans[key] = scan
-                self._scans.move_to_end(key)
-                while len(self._scans) > self.max_histories:
-                    self._scans.popitem(last=False)
+                while len(self._scans) > self.max_histories or self._held > self.max_messages:
+                    _, dropped = self._scans.popitem(last=False)
+                    self._held -= len(dropped.messages)
         return _grouping(scan)
 
 

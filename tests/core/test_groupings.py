@@ -77,3 +77,17 @@ def test_a_history_of_preamble_only_goes_on_into_its_interactions() -> None:
     then = [*first, system("c"), user("go"), assistant("ok")]
     assert groupings.group(then) == group(then)
     assert groupings.group(then).preamble_len == 3
+
+
+def test_the_histories_kept_are_bounded_by_count_and_by_messages() -> None:
+    groupings = Groupings(max_histories=3, max_messages=50)
+    histories = [[system(f"p{k}"), *(user(f"u{k}.{i}") for i in range(10))] for k in range(5)]
+    for history in histories:
+        assert groupings.group(history) == group(history)
+    assert len(groupings._scans) == 3 and groupings._held == 33
+    big = [system("big"), *(user(f"b{i}") for i in range(45))]
+    assert groupings.group(big) == group(big)
+    assert groupings._held <= 50 and list(groupings._scans.values())[-1].messages is big
+    huge = [system("huge"), *(user(f"h{i}") for i in range(60))]
+    assert groupings.group(huge) == group(huge)  # grouped, but past the bound: not kept
+    assert all(scan.messages is not huge for scan in groupings._scans.values())
