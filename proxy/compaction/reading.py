@@ -9,6 +9,8 @@ right here, without a detour through it.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -33,9 +35,16 @@ from proxy.core.tokens import TokenCounter
 from proxy.errors import PayloadTooLarge
 from proxy.state.conversations import Store
 from proxy.state.tenancy import Tenancy, credential_from_headers, resolve_conversation_id
-from proxy.types import ChatMessage
+from proxy.types import ChatMessage, HeaderView
+from proxy.wirejson import ParsedBody
 
 T = TypeVar("T")
+
+# The last body of each conversation named by a header, kept so that its next body (the same
+# history with turns appended, as most are) parses only what is new: bounded by conversations
+# and by the bytes of their bodies (the parsed history they hold takes a few times as much).
+LAST_BODIES = 64
+LAST_BODY_BYTES = 32 << 20
 
 
 async def cpu(heavy: bool, function: Callable[..., T], *args: Any) -> T:
@@ -72,6 +81,39 @@ class Planned:
     pinned: str | None  # the checkpoint the request pins (read-only: no summary)
 
 
+class LastBodies:
+    """The last body parsed of each conversation named by a header, least recently used dropped
+    first. Shared with worker threads: each change is made under a lock."""
+
+    def __init__(self, *, max_bodies: int = LAST_BODIES, max_bytes: int = LAST_BODY_BYTES) -> None:
+        self.max_bodies = max_bodies
+        self.max_bytes = max_bytes
+        self._bodies: OrderedDict[tuple[str, ...], ParsedBody] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, ...]) -> ParsedBody | None:
+        with self._lock:
+            parsed = self._bodies.get(key)
+            if parsed is not None:
+                self._bodies.move_to_end(key)
+            return parsed
+
+    def put(self, key: tuple[str, ...], parsed: ParsedBody) -> None:
+        """Keep ``parsed`` as ``key``'s last body (dropped when it cannot be followed)."""
+        with self._lock:
+            old = self._bodies.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old.head)
+            if not parsed.head or len(parsed.head) > self.max_bytes:
+                return
+            self._bodies[key] = parsed
+            self._bytes += len(parsed.head)
+            while len(self._bodies) > self.max_bodies or self._bytes > self.max_bytes:
+                _, dropped = self._bodies.popitem(last=False)
+                self._bytes -= len(dropped.head)
+
+
 class Reader:
     """Reads and plans requests for the rewriter."""
 
@@ -93,6 +135,7 @@ class Reader:
         self._store = store  # the conversation's record: one read
         self._stored = stored  # which of its checkpoints applies
         self._models = models
+        self._last_bodies = LastBodies()
 
     async def read(
         self, incoming: Incoming, raw: bytes, facts: FactLookup, focus: str | None
@@ -102,7 +145,14 @@ class Reader:
         conversation = self._settings.conversation
         tenant = self._tenancy.tenant(credential_from_headers(headers.values, conversation))
         heavy = len(raw) > OFFLOAD_BYTES
-        body = await cpu(heavy, incoming.dialect.parse, raw)
+        dialect = incoming.dialect
+        named = _named_by(headers, conversation.header)
+        key = None if named is None else (tenant, dialect.name, named)
+        last = None if key is None else self._last_bodies.get(key)
+        parsed = await cpu(heavy, dialect.parse, raw, last)
+        if key is not None:
+            self._last_bodies.put(key, parsed)
+        body = parsed.value
         model = body.get("model") or ""
         policy_name, policy = choose_policy(self._settings, headers, model=model, tenant=tenant)
         if tracing.on:
@@ -184,3 +234,13 @@ class Reader:
             return checkpoint, plan_with(conv, checkpoint, counter=self._counter)
         pinned_plan = plan_with(conv, replace(checkpoint, strategy="pinned"), counter=self._counter)
         return checkpoint, replace(pinned_plan, summary_request=None)
+
+
+def _named_by(headers: HeaderView, names: tuple[str, ...]) -> str | None:
+    """The value of the first header that names the conversation (checked later, when the
+    conversation is resolved: here it only says which last body to follow)."""
+    for name in names:
+        value = headers.get(name)
+        if value:
+            return value
+    return None

@@ -22,10 +22,13 @@ prompt's prefix does not change when a new user turn arrives.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from operator import not_
 from typing import TypeVar
 
 from proxy.core.summary_message import is_agent_summary
@@ -131,42 +134,92 @@ class Grouping:
 
 def group(messages: Sequence[MessageView]) -> Grouping:
     """Split ``messages`` into preamble + interactions and find the safe cut points."""
+    return _grouping(_scan(messages, None))
+
+
+class Groupings:
+    """The last histories grouped, so that one sent again with messages appended (as most are)
+    is read only past what was read of it before: the pass over every message (roles, calls,
+    the results that answer them) runs over the new messages alone. A history is found by its
+    first message object and holds the list it was read from (its objects stay alive, so that
+    identity names them: in the proxy, mostly the very objects of the conversation's last body,
+    ``proxy.compaction.reading.LastBodies``); the messages before the new ones must equal those
+    it read. Bounded by histories and by the messages they hold. Shared with worker threads: a
+    lookup takes a reference, a store is made under a lock, and what is stored never changes."""
+
+    def __init__(self, max_histories: int = 64, max_messages: int = 1 << 17) -> None:
+        self.max_histories = max_histories
+        self.max_messages = max_messages
+        self._scans: OrderedDict[int, _Scan] = OrderedDict()
+        self._held = 0  # messages the scans hold
+        self._lock = threading.Lock()
+
+    def group(self, messages: Sequence[MessageView]) -> Grouping:
+        """``group(messages)``, read from where the last history it extends was read to."""
+        if not messages or self.max_histories <= 0:
+            return group(messages)
+        key = id(messages[0])
+        last = self._scans.get(key)
+        # The messages it read must come first, equal (identical objects compare at C speed).
+        if last is not None and (
+            len(messages) < len(last.messages) or messages[: len(last.messages)] != last.messages
+        ):
+            last = None
+        scan = _scan(messages, last)
+        if (last is None or len(messages) > len(last.messages)) and (
+            len(messages) <= self.max_messages
+        ):
+            with self._lock:
+                old = self._scans.pop(key, None)
+                self._held += len(messages) - (0 if old is None else len(old.messages))
+                self._scans[key] = scan
+                while len(self._scans) > self.max_histories or self._held > self.max_messages:
+                    _, dropped = self._scans.popitem(last=False)
+                    self._held -= len(dropped.messages)
+        return _grouping(scan)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """What one pass over a message list found, enough to go on when messages are appended."""
+
+    messages: list[MessageView]  # the list read (its objects)
+    roles: list[object]
+    preamble_len: int  # == len(messages) while every message is a preamble message
+    call_at: dict[str, int]  # each tool call id -> where its latest call is
+    last_function_call: int  # where the latest legacy function_call is (-1: none)
+    links: list[tuple[int, int]]  # (call, result) pairs a result answers, in result order
+    starts: list[int]  # where each interaction starts
+    closed: list[int]  # the round ends before the last message (the last may not end one)
+    round_ends: list[int]
+    blocked: frozenset[int]  # the boundaries a call and its answer lie across
+
+
+# Past this many new answers, the boundaries they block are found in one sweep over all.
+_MARKED_LINKS = 16
+
+
+def _scan(messages: Sequence[MessageView], last: _Scan | None) -> _Scan:
+    """One pass over ``messages``, going on from ``last`` (which read a prefix of them). Ids may
+    be empty or repeated: a result answers the latest call with its id, as providers read them."""
     total = len(messages)
-    preamble_len = 0
-    while preamble_len < total and messages[preamble_len].get("role") in _PREAMBLE_ROLES:
-        preamble_len += 1
-    roles = [m.get("role") for m in messages]
-    starts = [i for i in range(preamble_len, total) if i == preamble_len or roles[i] == "user"]
-    round_ends = [
-        b
-        for b in range(preamble_len + 1, total + 1)
-        if roles[b - 1] in _RESULT_ROLES and (b == total or roles[b] not in _RESULT_ROLES)
-    ]
-    boundaries = sorted({*starts, *round_ends})
-    safety = _safe_cuts(messages, boundaries)
-    blocked = {b for b, ok in zip(boundaries, safety, strict=True) if not ok}
-    safe = tuple(start not in blocked for start in starts)
-    start_set = set(starts)
-    cuts = sorted(
-        {s for s, ok in zip(starts, safe, strict=True) if ok}.union(
-            b for b in round_ends if b < total and b not in blocked and b not in start_set
-        )
-    )
-    first_is_user = bool(starts) and roles[starts[0]] == "user"
-    return Grouping(
-        preamble_len, tuple(starts), total, safe, tuple(cuts), tuple(round_ends), first_is_user
-    )
-
-
-def _safe_cuts(messages: Sequence[MessageView], starts: list[int]) -> tuple[bool, ...]:
-    """For each start b: True unless a call at i < b is answered at j >= b (cutting there
-    would orphan something). Ids may be empty or repeated: a result answers the latest call
-    with its id, as providers read them."""
-    call_at: dict[str, int] = {}
-    last_function_call = -1
-    links: list[tuple[int, int]] = []
-    for j, message in enumerate(messages):
-        role = message.get("role")
+    if last is None:
+        start, roles, preamble_len = 0, [], 0
+        call_at: dict[str, int] = {}
+        last_function_call = -1
+        links: list[tuple[int, int]] = []
+    else:
+        start, preamble_len = len(last.messages), last.preamble_len
+        roles = list(last.roles)
+        call_at, links = dict(last.call_at), list(last.links)  # the stored scan never changes
+        last_function_call = last.last_function_call
+    new = messages[start:]
+    roles += [m.get("role") for m in new]
+    if preamble_len == start:
+        while preamble_len < total and roles[preamble_len] in _PREAMBLE_ROLES:
+            preamble_len += 1
+    for j, message in enumerate(new, start):
+        role = roles[j]
         if role == "assistant":
             calls = message.get("tool_calls")
             if isinstance(calls, list):  # tool_call_ids, inlined: this loop sees every message
@@ -182,12 +235,76 @@ def _safe_cuts(messages: Sequence[MessageView], starts: list[int]) -> tuple[bool
         elif role == "function" and last_function_call >= 0:
             # Legacy functions carry no id: the result answers the latest function_call.
             links.append((last_function_call, j))
-    links.sort()
+    # Interaction starts and round ends before ``start`` are what ``last`` found (a message
+    # appended changes neither), unless all it read was preamble.
+    p = preamble_len
+    if last is None or last.preamble_len == start:
+        starts = [i for i in range(p, total) if i == p or roles[i] == "user"]
+        closed = [b for b in range(p + 1, total) if _round_end(roles, b)]
+        new_links, blocked = links, frozenset[int]()
+    else:
+        starts = [*last.starts, *(i for i in range(start, total) if roles[i] == "user")]
+        closed = [*last.closed, *(b for b in range(start, total) if _round_end(roles, b))]
+        new_links, blocked = links[len(last.links) :], last.blocked
+    round_ends = [*closed, total] if total > p and roles[total - 1] in _RESULT_ROLES else closed
+    if new_links:
+        # A call at i answered at j blocks every boundary b with i < b <= j; a new answer
+        # (j past ``start``) can block an older boundary, an older one never a new boundary.
+        bounds = sorted({*starts, *round_ends})
+        if new_links is links or len(new_links) > _MARKED_LINKS:
+            safety = _safe_cuts(links, bounds)
+            blocked = frozenset(b for b, ok in zip(bounds, safety, strict=True) if not ok)
+        else:
+            marked = set(blocked)
+            for i, j in new_links:
+                marked.update(bounds[bisect_right(bounds, i) : bisect_right(bounds, j)])
+            blocked = frozenset(marked)
+    listed = messages if isinstance(messages, list) else list(messages)
+    return _Scan(
+        listed,
+        roles,
+        preamble_len,
+        call_at,
+        last_function_call,
+        links,
+        starts,
+        closed,
+        round_ends,
+        blocked,
+    )
+
+
+def _round_end(roles: list[object], b: int) -> bool:
+    """Whether a tool round ends right before ``b`` (which is not past the last message)."""
+    return roles[b - 1] in _RESULT_ROLES and roles[b] not in _RESULT_ROLES
+
+
+def _grouping(scan: _Scan) -> Grouping:
+    starts, blocked, total = scan.starts, scan.blocked, len(scan.roles)
+    safe = tuple(map(not_, map(blocked.__contains__, starts)))  # in C
+    # Every boundary not blocked: the safe starts, and the round ends before the last message.
+    cuts = sorted(set(starts).union(scan.closed).difference(blocked))
+    first_is_user = bool(starts) and scan.roles[starts[0]] == "user"
+    return Grouping(
+        scan.preamble_len,
+        tuple(starts),
+        total,
+        safe,
+        tuple(cuts),
+        tuple(scan.round_ends),
+        first_is_user,
+    )
+
+
+def _safe_cuts(links: list[tuple[int, int]], starts: list[int]) -> tuple[bool, ...]:
+    """For each start b: True unless a call at i < b is answered at j >= b (cutting there
+    would orphan something)."""
+    ordered = sorted(links)
     safe = []
     reach, k = -1, 0
     for start in starts:  # ascending: sweep the links whose call comes before this start
-        while k < len(links) and links[k][0] < start:
-            reach = max(reach, links[k][1])
+        while k < len(ordered) and ordered[k][0] < start:
+            reach = max(reach, ordered[k][1])
             k += 1
         safe.append(reach < start)
     return tuple(safe)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
-from proxy.core.interactions import Grouping, group, strip_agent_summaries
+from proxy.core.interactions import Grouping, strip_agent_summaries
 from proxy.core.keep import first_kept, keep_for
 from proxy.core.pins import PINNED, pinned, unpinned
 from proxy.core.plan import (
@@ -97,7 +97,7 @@ def plan(
         if policy.strategy == "off"
         else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
     )
-    grouping = group(source)
+    grouping = counter.groupings.group(source)
     compacts = policy.strategy != "off"
     if compacts and (policy.pin or any(PINNED in m for m in source)):
         # The policy's pins, and what a dialect pinned (PINNED).

@@ -30,6 +30,7 @@ from typing import Any
 import tiktoken
 
 from proxy.core.facts import FactCache, FactLookup, Facts
+from proxy.core.interactions import Groupings
 from proxy.core.policy import ModelInfo
 from proxy.errors import InvalidRequest
 from proxy.types import MessageView
@@ -121,6 +122,8 @@ class TokenCounter:
         self._lengths: dict[str, Length] = {}
         self._model_encoding: dict[str, str] = {}
         self._fallbacks: set[str] = set()  # encodings approximated (shared with request views)
+        # How the last histories split into interactions, read on as they grow (the planner's).
+        self.groupings = Groupings(self.facts.max_histories)
 
     def with_facts(self, facts: FactLookup) -> TokenCounter:
         """This counter, looking messages up through ``facts`` (a request's view of

@@ -61,6 +61,7 @@ from proxy.types import (
     TextPart,
     ToolCall,
 )
+from proxy.wirejson import ParsedBody
 
 _ROLES = ("user", "assistant", "system")
 _CACHE_MARK = "cache_control"
@@ -70,9 +71,12 @@ def _invalid(message: str, param: str) -> InvalidRequest:
     return InvalidRequest(f"{param}: {message}", param=param, code="invalid_request")
 
 
-def parse_messages_body(raw: bytes) -> dict[str, Any]:
-    """Parse and check what the translation relies on; anything else is the provider's to judge."""
-    body = wirejson.parse(raw)
+def parse_messages_body(raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+    """Parse and check what the translation relies on; anything else is the provider's to judge.
+    After ``last``, the conversation's previous body, the messages it held (checked then) are
+    taken as parsed, and only those that follow are checked."""
+    parsed = wirejson.parse_body(raw, "messages", last)
+    body = parsed.value
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
     if "model" in body and not isinstance(body["model"], str):
@@ -83,7 +87,7 @@ def parse_messages_body(raw: bytes) -> dict[str, Any]:
     system = body.get("system")
     if system is not None and not isinstance(system, str):
         _check_blocks(system, "system", text_only=True)
-    for i, message in enumerate(messages):
+    for i, message in enumerate(messages[parsed.reused :], parsed.reused):
         where = f"messages.{i}"
         if not isinstance(message, dict):
             raise _invalid("must be an object", where)
@@ -92,7 +96,7 @@ def parse_messages_body(raw: bytes) -> dict[str, Any]:
         content = message.get("content")
         if not isinstance(content, str):
             _check_blocks(content, f"{where}.content")
-    return body
+    return parsed
 
 
 def _check_blocks(blocks: object, where: str, *, text_only: bool = False) -> None:
@@ -348,8 +352,8 @@ class AnthropicMessages:
     records = False
     native = ANTHROPIC_NATIVE  # context_management.edits (strategy: native)
 
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        return parse_messages_body(raw)
+    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+        return parse_messages_body(raw, last)
 
     def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
         messages = _system_messages(body.get("system"))

@@ -14,11 +14,14 @@ from proxy.dialects.chat_recall import CHAT_RECALL
 from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.summary_calls import chat_answer_text, chat_summary_call
 from proxy.errors import InvalidRequest, ProxyError
+from proxy.wirejson import ParsedBody
 
 
-def parse_chat_body(raw: bytes) -> dict[str, Any]:
-    """Parse and check the parts every chat completion needs; anything else is the provider's."""
-    body = wirejson.parse(raw)
+def parse_chat_body(raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+    """Parse and check the parts every chat completion needs; anything else is the provider's.
+    After ``last``, the conversation's previous body, the history it held is taken as parsed."""
+    parsed = wirejson.parse_body(raw, "messages", last)
+    body = parsed.value
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
     if "messages" not in body:
@@ -29,7 +32,7 @@ def parse_chat_body(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest("'messages' must be an array", param="messages", code="invalid_type")
     if "model" in body and not isinstance(body["model"], str):
         raise InvalidRequest("'model' must be a string", param="model", code="invalid_type")
-    return body
+    return parsed
 
 
 class ChatCompletions:
@@ -42,8 +45,8 @@ class ChatCompletions:
     native = None  # chat completions has no context management of the provider's
     recall = CHAT_RECALL  # the recall tool in this dialect's shape
 
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        return parse_chat_body(raw)
+    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+        return parse_chat_body(raw, last)
 
     def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
         return Neutral(validate_messages(body["messages"], facts=facts), body.get("tools"))

@@ -45,6 +45,7 @@ from proxy.types import (
     TextPart,
     ToolCall,
 )
+from proxy.wirejson import ParsedBody
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
@@ -94,10 +95,12 @@ def _typed_call(kind: str, call_id: str, name: str, payload: str) -> ToolCall:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": payload}}
 
 
-def parse_responses_body(raw: bytes) -> dict[str, Any]:
+def parse_responses_body(raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
     """Parse and check the parts every Responses request needs; items are checked only when the
-    request is compacted (``conversation``)."""
-    body = wirejson.parse(raw)
+    request is compacted (``conversation``). After ``last``, the conversation's previous body,
+    the items it held are taken as parsed."""
+    parsed = wirejson.parse_body(raw, "input", last)
+    body = parsed.value
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
     if "model" in body and not isinstance(body["model"], str):
@@ -111,7 +114,7 @@ def parse_responses_body(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest(
             "'instructions' must be a string", param="instructions", code="invalid_type"
         )
-    return body
+    return parsed
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,8 +321,8 @@ class Responses:
     records = False
     native = RESPONSES_NATIVE  # context_management compaction (strategy: native)
 
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        return parse_responses_body(raw)
+    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+        return parse_responses_body(raw, last)
 
     def conversation(
         self, body: dict[str, Any], *, facts: FactLookup | None = None

@@ -27,6 +27,7 @@ from proxy.dialects.base import Neutral
 from proxy.dialects.responses import RESPONSES, parse_responses_body
 from proxy.errors import ProxyError
 from proxy.types import ResponsesItem
+from proxy.wirejson import ParsedBody
 
 _MARK = b'"' + PREFIX.encode()
 # What stands for an item of ours that does not open (another caller's, or an old secret's).
@@ -51,8 +52,8 @@ class ResponsesCompact:
     recall = None
     records = False
 
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        return parse_responses_body(raw)
+    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+        return parse_responses_body(raw, last)
 
     def conversation(
         self, body: dict[str, Any], *, facts: FactLookup | None = None

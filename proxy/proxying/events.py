@@ -23,7 +23,8 @@ class RequestRead:
     @cached_property
     def body(self) -> dict[str, Any]:
         """The parsed body; raises InvalidRequest (a ProxyError) when it is not one."""
-        return self.dialect.parse(self.raw)
+        body: dict[str, Any] = self.dialect.parse(self.raw).value  # a dialect parses objects
+        return body
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ def planned(body: dict[str, Any], counter: TokenCounter, trigger: TriggerSetting
 def test_any_cut_renders_a_valid_chat_request(
     counter: TokenCounter, messages: list[dict[str, Any]], at: int, keep: KeepSettings
 ) -> None:
-    body = CHAT.parse(body_of(messages))
+    body = CHAT.parse(body_of(messages)).value
     neutral, p = planned(body, counter, TriggerSettings(context_fraction=0, messages=1), keep)
     plans = [p]
     cuts = group(neutral).cuts
@@ -71,7 +71,7 @@ def test_any_cut_renders_a_valid_chat_request(
 def test_a_plan_with_no_cut_changes_no_message(
     counter: TokenCounter, messages: list[dict[str, Any]]
 ) -> None:
-    body = CHAT.parse(body_of(messages))
+    body = CHAT.parse(body_of(messages)).value
     neutral, p = planned(body, counter, TriggerSettings(context_fraction=0))
     assert p.messages is neutral  # the compactor then sends the client's bytes
     assert all(a is b for a, b in zip(neutral, body["messages"], strict=True))

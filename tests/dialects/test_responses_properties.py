@@ -214,7 +214,7 @@ def test_any_cut_renders_an_input_a_strict_provider_accepts(
 @given(body=responses_bodies())
 def test_a_plan_with_no_cut_changes_no_byte(counter: TokenCounter, body: dict[str, Any]) -> None:
     raw = json.dumps(body, indent=1).encode()
-    parsed = RESPONSES.parse(raw)
+    parsed = RESPONSES.parse(raw).value
     messages, p = _plan(parsed, counter, TriggerSettings(context_fraction=0))
     assert p.messages is messages  # the compactor then sends the client's bytes
     rendered = RESPONSES.render(parsed, p)["input"]

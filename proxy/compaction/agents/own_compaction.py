@@ -154,7 +154,7 @@ class AgentCompaction:
 
     async def _answer_ask(self, incoming: Incoming, ask: AgentAsk, raw: bytes) -> Decision | None:
         heavy = is_heavy(raw)  # an agent compacts a long history: CPU work off the event loop
-        body = await work(heavy, incoming.dialect.parse, raw)
+        body = (await work(heavy, incoming.dialect.parse, raw)).value
         history = ask.history(body)
         if history is None:
             return None
@@ -191,7 +191,7 @@ class AgentCompaction:
         if not self._wires.answer_compact:  # the provider's own endpoint, as the client sent it
             return Decision(body=raw, response_headers=protocol.response_headers("off"))
         heavy = is_heavy(raw)
-        body = await work(heavy, incoming.dialect.parse, raw)
+        body = (await work(heavy, incoming.dialect.parse, raw)).value
         tenant = self._tenant(incoming.headers)
         body = wire.opened(body, self._seal, tenant)
         conv = await work(
@@ -246,7 +246,7 @@ class AgentCompaction:
         if not wire.holds_items(raw):
             return incoming
         heavy = is_heavy(raw)
-        body = await work(heavy, incoming.dialect.parse, raw)
+        body = (await work(heavy, incoming.dialect.parse, raw)).value
         opened = wire.opened(body, self._seal, self._tenant(incoming.headers))
         encoded = await work(heavy, wirejson.encode, opened)
         return replace(incoming, body=_Ready(encoded), streamable=False)

@@ -17,6 +17,7 @@ from proxy.compaction.dialect.recall import RecallShape
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
 from proxy.types import ChatMessage
+from proxy.wirejson import ParsedBody
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,10 @@ class Translator(Protocol):
     @property
     def recall(self) -> RecallShape | None: ...
 
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        """The parsed body; InvalidRequest when no request of this dialect could be valid."""
+    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+        """The parsed body; InvalidRequest when no request of this dialect could be valid.
+        ``last``, the conversation's previous body, spares parsing the history it held again
+        (``wirejson.parse_body``)."""
         ...
 
     def conversation(

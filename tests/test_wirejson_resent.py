@@ -1,0 +1,167 @@
+"""proxy.wirejson.parse_body: a conversation's body sent again, parsed from where it differs.
+
+Whatever the reuse, the value is the one ``wirejson.parse`` gives for the same bytes; the earlier
+body's history items are taken (the very objects) only when its bytes up to them came again.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import orjson
+import pytest
+
+from proxy import wirejson
+from proxy.errors import InvalidRequest
+
+
+@pytest.fixture(autouse=True)
+def follow_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reuse must hold at any size: these bodies are small, and followed all the same."""
+    monkeypatch.setattr(wirejson, "FOLLOW_BYTES", 0)
+
+
+def test_a_small_body_is_parsed_whole_and_not_followed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    raw = json.dumps({"model": "m", "messages": _turns(3)}).encode()
+    assert len(raw) < wirejson.FOLLOW_BYTES
+    parsed = wirejson.parse_body(raw, "messages")
+    assert parsed.value == json.loads(raw) and not parsed.head
+    big = json.dumps({"model": "m", "messages": _turns(200)}).encode()
+    assert wirejson.parse_body(big, "messages").head
+
+
+def _turns(n: int, start: int = 0) -> list[dict]:
+    out: list[dict] = []
+    for i in range(start, start + n):
+        out.append({"role": "user", "content": f"question {i}: why does caf\u00e9 \u2192 fail?"})
+        out.append({"role": "assistant", "content": f"answer {i} \U0001f600", "name": None})
+    return out
+
+
+def _again(first: bytes, then: bytes, field: str = "messages") -> wirejson.ParsedBody:
+    last = wirejson.parse_body(first, field)
+    return wirejson.parse_body(then, field, last)
+
+
+@pytest.mark.parametrize(
+    "dumps",
+    [
+        json.dumps,  # a Python client: ", " and ": ", non-ASCII escaped
+        orjson.dumps,  # a JavaScript or Rust client: compact, UTF-8 as it is
+        lambda value: json.dumps(value, indent=2),  # pretty-printed
+    ],
+)
+def test_a_body_sent_again_with_turns_appended_takes_the_earlier_turns_as_parsed(dumps) -> None:
+    history = [{"role": "system", "content": "be brief"}, *_turns(30)]
+    first = {"model": "gpt-5", "messages": history, "tools": [{"type": "function"}]}
+    then = {"model": "gpt-5", "messages": [*history, *_turns(2, 30)], "stream": True}
+    raw1, raw2 = (_bytes(dumps(body)) for body in (first, then))
+    last = wirejson.parse_body(raw1, "messages")
+    again = wirejson.parse_body(raw2, "messages", last)
+    assert again.value == json.loads(raw2)
+    assert list(again.value) == ["model", "messages", "stream"]  # the client's key order
+    assert again.reused == len(history)
+    kept = again.value["messages"][: len(history)]
+    assert all(a is b for a, b in zip(kept, last.value["messages"], strict=True))
+    # and the third request follows the second
+    third = {**then, "messages": [*then["messages"], *_turns(1, 32)]}
+    raw3 = _bytes(dumps(third))
+    after = wirejson.parse_body(raw3, "messages", again)
+    assert after.value == json.loads(raw3) and after.reused == len(then["messages"])
+
+
+def _bytes(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode()
+
+
+def test_the_same_body_again_takes_every_turn() -> None:
+    raw = json.dumps({"messages": _turns(5), "model": "m"}).encode()
+    again = _again(raw, raw)
+    assert again.value == json.loads(raw) and again.reused == 10
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        # an earlier turn edited: nothing is taken
+        (
+            {"model": "m", "messages": _turns(4)},
+            {"model": "m", "messages": [{"role": "user", "content": "edited"}, *_turns(4)[1:]]},
+        ),
+        # the history's last item changed in place (a longer text)
+        (
+            {"messages": _turns(3)},
+            {
+                "messages": [
+                    *_turns(3)[:-1],
+                    {"role": "assistant", "content": "answer 2 \U0001f600!"},
+                ]
+            },
+        ),
+        # the history comes after a tool whose schema names a property "messages"
+        (
+            {"tools": [{"parameters": {"messages": [1, 2]}}], "messages": _turns(3)},
+            {"tools": [{"parameters": {"messages": [1, 2]}}], "messages": _turns(4)},
+        ),
+        # the history shrank
+        ({"messages": _turns(4)}, {"messages": _turns(3)}),
+        # the field is not an array this time (Responses' input as text)
+        ({"input": _turns(2)}, {"input": "hello"}),
+        # a NaN in what follows the history: the exact reader's value
+        ({"messages": _turns(2), "t": 1}, {"messages": _turns(3), "t": float("nan")}),
+        # an integer past 64 bits after the history
+        ({"messages": _turns(2)}, {"messages": _turns(3), "seed": 2**70}),
+    ],
+)
+def test_a_body_that_differs_is_parsed_as_it_is(first: dict, then: dict) -> None:
+    field = "input" if "input" in first else "messages"
+    raw1, raw2 = json.dumps(first).encode(), json.dumps(then).encode()
+    again = _again(raw1, raw2, field)
+    expected = wirejson.parse(raw2)
+    assert json.dumps(again.value) == json.dumps(expected)  # NaN != NaN: compare the text
+
+
+def test_a_second_history_key_wins_as_in_a_full_parse() -> None:
+    turns = json.dumps(_turns(3))
+    raw1 = f'{{"messages": {turns}, "model": "m"}}'.encode()
+    raw2 = f'{{"messages": {turns[:-1]}, {{"role": "user", "content": "more"}}], "messages": []}}'
+    again = _again(raw1, raw2.encode())
+    assert again.value == {"messages": []} == json.loads(raw2)
+
+
+def test_a_body_broken_after_the_history_is_refused_as_a_full_parse_refuses_it() -> None:
+    raw1 = json.dumps({"messages": _turns(3), "model": "m"}).encode()
+    raw2 = raw1[:-1] + b', "stream": tru}'
+    with pytest.raises(InvalidRequest) as taken:
+        _again(raw1, raw2)
+    with pytest.raises(InvalidRequest) as full:
+        wirejson.parse(raw2)
+    assert taken.value.code == full.value.code == "invalid_json"
+
+
+def test_random_histories_sent_again_parse_as_a_full_parse_does() -> None:
+    rng = random.Random(7)
+    history: list = [{"role": "system", "content": "s"}]
+    last = None
+    for step in range(200):
+        change = rng.random()
+        if change < 0.6:  # append a few
+            history = history + _turns(rng.randint(0, 2), step)
+        elif change < 0.75:  # edit one message somewhere
+            i = rng.randrange(len(history))
+            history = [*history[:i], {"role": "user", "content": f"edit {step}"}, *history[i + 1 :]]
+        elif change < 0.85:  # drop the last few
+            history = history[: max(1, len(history) - rng.randint(1, 3))]
+        body: dict = {"model": "m", "messages": history}
+        if rng.random() < 0.5:
+            body = {"tools": [{"name": "t", "messages": rng.random()}], **body}
+        if rng.random() < 0.3:
+            body["stream"] = rng.random() < 0.5
+        dumps = rng.choice([json.dumps, orjson.dumps])
+        raw = _bytes(dumps(body))
+        parsed = wirejson.parse_body(raw, "messages", last)
+        assert parsed.value == json.loads(raw), step
+        assert list(parsed.value) == list(json.loads(raw))
+        last = parsed
