@@ -31,12 +31,12 @@ from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
 from proxy.core.policy import PolicySettings
+from proxy.core.resent import ParsedBody
 from proxy.core.tokens import TokenCounter
 from proxy.errors import PayloadTooLarge
 from proxy.state.conversations import Store
 from proxy.state.tenancy import Tenancy, credential_from_headers, resolve_conversation_id
 from proxy.types import ChatMessage, HeaderView
-from proxy.wirejson import ParsedBody
 
 T = TypeVar("T")
 

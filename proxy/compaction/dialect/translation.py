@@ -16,8 +16,8 @@ from proxy.compaction.dialect.native import NativeAdapter
 from proxy.compaction.dialect.recall import RecallShape
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
+from proxy.core.resent import ParsedBody
 from proxy.types import ChatMessage
-from proxy.wirejson import ParsedBody
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Translator(Protocol):
     def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
         """The parsed body; InvalidRequest when no request of this dialect could be valid.
         ``last``, the conversation's previous body, spares parsing the history it held again
-        (``wirejson.parse_body``)."""
+        (``proxy.core.resent``)."""
         ...
 
     def conversation(
