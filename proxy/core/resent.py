@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -44,6 +44,9 @@ class ParsedBody:
     start: int = 0  # offset of the history's first item (just past its '[')
     reused: int = 0  # items taken from the last body
     ends: list[int] | None = None  # offset just past each item
+    # What a dialect made of each item (``AnthropicMessages.conversation`` fills it as it reads
+    # the items; it starts with what the last body's taken items were made into).
+    translated: list[Any] = field(default_factory=list)
 
 
 def parse_body(raw: bytes, field: str, last: ParsedBody | None = None) -> ParsedBody:
@@ -109,12 +112,13 @@ def _parse_after(
     shift = len(raw) - len(rest)
     if not new:
         head = last.head if end == len(last.head) else raw[:end]
-        return ParsedBody(others, items, head, start, taken, last.ends and last.ends[:taken])
-    ends = None
-    if last.ends is not None:
-        more = _item_ends(raw, at, new)
-        ends = None if more is None else [*last.ends[:taken], *more]
-    return ParsedBody(others, items, raw[: new_end + shift], start, taken, ends)
+        ends = last.ends and last.ends[:taken]
+    else:
+        head, ends = raw[: new_end + shift], None
+        if last.ends is not None:
+            more = _item_ends(raw, at, new)
+            ends = None if more is None else [*last.ends[:taken], *more]
+    return ParsedBody(others, items, head, start, taken, ends, last.translated[:taken])
 
 
 def _located(raw: bytes, value: Any, field: str) -> ParsedBody:

@@ -355,10 +355,20 @@ class AnthropicMessages:
     def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
         return parse_messages_body(raw, last)
 
-    def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
+    def conversation(
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
+    ) -> Neutral:
         messages = _system_messages(body.get("system"))
-        for message in body["messages"]:
-            messages.extend(_neutral_messages(message))
+        # A message's translation depends on it alone: those the last body made, taken.
+        made = parsed.translated if parsed is not None else []
+        for index, message in enumerate(body["messages"]):
+            if index == len(made):
+                made.append(_neutral_messages(message))
+            messages.extend(made[index])
         return Neutral(messages, _tools(body.get("tools")))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:

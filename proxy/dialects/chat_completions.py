@@ -47,7 +47,13 @@ class ChatCompletions:
     def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
         return parse_chat_body(raw, last)
 
-    def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
+    def conversation(
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
+    ) -> Neutral:
         return Neutral(validate_messages(body["messages"], facts=facts), body.get("tools"))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:

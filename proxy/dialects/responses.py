@@ -325,7 +325,11 @@ class Responses:
         return parse_responses_body(raw, last)
 
     def conversation(
-        self, body: dict[str, Any], *, facts: FactLookup | None = None
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
     ) -> Neutral | None:
         items = body.get("input")
         if body.get("previous_response_id") is not None or body.get("conversation") is not None:

@@ -56,7 +56,11 @@ class ResponsesCompact:
         return parse_responses_body(raw, last)
 
     def conversation(
-        self, body: dict[str, Any], *, facts: FactLookup | None = None
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
     ) -> Neutral | None:
         return RESPONSES.conversation(body, facts=facts)
 

@@ -55,10 +55,15 @@ class Translator(Protocol):
         ...
 
     def conversation(
-        self, body: dict[str, Any], *, facts: FactLookup | None = None
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
     ) -> Neutral | None:
         """The conversation to compact (validated through ``facts``); None when the provider
-        holds the history: forwarded unchanged, ``X-Compaction: off``."""
+        holds the history: forwarded unchanged, ``X-Compaction: off``. ``parsed``, the body as
+        parsed, carries what the last body's items were made into (``ParsedBody.translated``)."""
         ...
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
