@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -52,24 +51,27 @@ def parse(raw: bytes) -> Any:
     A rewrite re-encodes every top-level field but ``messages``: when one of them holds a number
     orjson may have rounded, the body is parsed again exactly.
     """
-    value = _parse_fast(raw)
-    return _parse_exactly(raw) if value is _EXACT else value
+    value = parse_fast(raw)
+    return parse_exactly(raw) if value is EXACT else value
 
 
-_EXACT = object()  # what _parse_fast answers for a body only the standard library reads as sent
+EXACT = object()  # what parse_fast answers for a body only the standard library reads as it came
 
 
-def _parse_fast(raw: bytes) -> Any:
+def parse_fast(raw: bytes) -> Any:
+    """The body as orjson reads it, or ``EXACT`` where only the standard library reads it as it
+    came (a lone surrogate, a number orjson would round outside ``messages``)."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return _EXACT
-    if isinstance(value, dict) and any(_rounded(v) for k, v in value.items() if k != "messages"):
-        return _EXACT
+        return EXACT
+    if isinstance(value, dict) and any(rounded(v) for k, v in value.items() if k != "messages"):
+        return EXACT
     return value
 
 
-def _parse_exactly(raw: bytes) -> Any:
+def parse_exactly(raw: bytes) -> Any:
+    """The body as the standard library reads it (NaN and Infinity kept as ``NonFinite``)."""
     try:
         return json.loads(raw, parse_constant=NonFinite)
     except RecursionError as exc:
@@ -78,7 +80,7 @@ def _parse_exactly(raw: bytes) -> Any:
         raise _invalid(str(exc)) from exc
 
 
-def _rounded(value: Any) -> bool:
+def rounded(value: Any) -> bool:
     """A float in ``value`` that is a whole number past 2**63 (iterative: depth is untrusted)."""
     stack = [value]
     while stack:
@@ -91,171 +93,6 @@ def _rounded(value: Any) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
-
-
-# --- a conversation's body sent again ---------------------------------------------------------
-
-_SPACE = b" \t\r\n"
-# Below this size a body is parsed whole and not followed: finding its history's bytes, or
-# parsing only what follows them, costs more than parsing it (measured: even at about 8 KB).
-FOLLOW_BYTES = 16 << 10
-_CANDIDATES = 8  # keys spelled like the history field looked at for the top-level one
-_KEYS: dict[str, re.Pattern[bytes]] = {}
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedBody:
-    """A client's body parsed (``value``) and, when its history ``items`` is an array of the
-    top-level object, the body's bytes up to the end of the last item (``head``) and where the
-    first item begins (``start``): a later body of the conversation that begins with ``head``
-    holds these same items first, and only the rest of it is parsed (``parse_body``)."""
-
-    value: Any
-    items: list[Any] | None = None  # the history: the very list in ``value``
-    head: bytes = b""  # empty: the body cannot be followed
-    start: int = 0  # offset of the history's first item (just past its '[')
-    reused: int = 0  # items taken as ``last`` held them
-
-
-def parse_body(raw: bytes, field: str, last: ParsedBody | None = None) -> ParsedBody:
-    """``parse(raw)``, knowing where its history (the array ``field``) lies in its bytes.
-
-    ``last`` is the conversation's previous body. Most requests send its history again with
-    turns appended: when ``raw`` begins with ``last.head``, those items are taken as they were
-    parsed (the same objects) and only what follows them is parsed. The value is the one
-    ``parse`` gives for the same bytes, and so is an InvalidRequest.
-    """
-    if len(raw) < FOLLOW_BYTES:
-        return ParsedBody(parse(raw))
-    if last is not None and last.head and raw.startswith(last.head):
-        again = _parse_after(raw, field, last)
-        if again is not None:
-            return again
-    value = _parse_fast(raw)
-    if value is _EXACT:  # NaN, an integer past 64 bits: the exact reader's, not followed
-        return ParsedBody(_parse_exactly(raw))
-    return _located(raw, value, field)
-
-
-def _parse_after(raw: bytes, field: str, last: ParsedBody) -> ParsedBody | None:
-    """``raw`` (which begins with ``last.head``) parsed with ``last``'s items taken; None when
-    what follows them is not the rest of the same array and object, or needs the exact reader."""
-    at = len(last.head)
-    while at < len(raw) and raw[at] in _SPACE:
-        at += 1
-    if raw[at : at + 1] == b",":
-        at += 1
-    elif raw[at : at + 1] != b"]":
-        return None
-    start = last.start
-    rest = raw[:start] + raw[at:]  # the body without the items taken
-    split = _split(rest, start, field)
-    if split is None or last.items is None:
-        return None
-    others, new, end = split
-    items = [*last.items, *new]
-    others[field] = items  # in its place: the client's order of fields is kept
-    head = raw[: end + len(raw) - len(rest)] if new else last.head
-    return ParsedBody(others, items, head, start, len(last.items))
-
-
-def _located(raw: bytes, value: Any, field: str) -> ParsedBody:
-    """A body parsed whole, with its history located when it is a non-empty top-level array.
-    A client that writes JSON as orjson does (compact, UTF-8 as it is: JavaScript's and Rust's
-    writers) is located by one comparison; any other by a second look at the history."""
-    items = value.get(field) if isinstance(value, dict) else None
-    if not isinstance(items, list) or not items:
-        return ParsedBody(value)
-    start = _history_start(raw, field)
-    if start is None:
-        return ParsedBody(value)
-    end = _encoded_end(raw, start, items)
-    if end is None:
-        split = _split(raw, start, field, items)
-        if split is None:
-            return ParsedBody(value)
-        end = split[2]
-    return ParsedBody(value, items, raw[:end], start)
-
-
-def _history_start(raw: bytes, field: str) -> int | None:
-    """The offset of the first item of the top-level array ``field`` (None: none found). A key
-    spelled so cannot lie in a string (its quotes would be escaped); it is the top-level one when
-    the bytes before it, closed with one brace, are an object."""
-    key = _KEYS.get(field)
-    if key is None:
-        name = re.escape(field.encode())
-        key = _KEYS.setdefault(field, re.compile(rb'"' + name + rb'"[ \t\r\n]*:[ \t\r\n]*\['))
-    for n, match in enumerate(key.finditer(raw)):
-        if n == _CANDIDATES:
-            break
-        before = raw[: match.start()].rstrip(_SPACE)
-        try:
-            if isinstance(orjson.loads(before.removesuffix(b",") + b"}"), dict):
-                return match.end()
-        except orjson.JSONDecodeError:
-            continue
-    return None
-
-
-def _encoded_end(raw: bytes, start: int, items: list[Any]) -> int | None:
-    """Just past the last item when the history's bytes are exactly orjson's encoding of it."""
-    try:
-        encoded = orjson.dumps(items)
-    except TypeError:
-        return None
-    return start - 2 + len(encoded) if raw.startswith(encoded, start - 1) else None
-
-
-def _split(
-    doc: bytes, start: int, field: str, items: list[Any] | None = None
-) -> tuple[dict[str, Any], list[Any], int] | None:
-    """The object ``doc`` as its fields but ``field``, the items of ``field`` (the array whose
-    first item is at ``start``; parsed unless given) and the offset just past its last item.
-    None when the array is not the field's value (a second key of the same name follows), or
-    a part is not JSON orjson reads as it came."""
-    close = _array_close(doc, start)
-    if close is None:
-        return None
-    before, after = doc[: start - 1], doc[close + 1 :]
-    try:
-        if items is None:  # a valid array from start - 1 to close: close is its own bracket
-            items = orjson.loads(doc[start - 1 : close + 1])
-        # The array's place holds 0, then 1: a second key of the same name would hold its own
-        # value both times (the last key is the one a parser keeps).
-        others = orjson.loads(before + b"0" + after)
-        if not isinstance(others, dict) or others.get(field) != 0:
-            return None
-        if orjson.loads(before + b"1" + after).get(field) != 1:
-            return None
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(items, list):
-        return None
-    checked = [*others.values(), items] if field != "messages" else others.values()
-    if any(_rounded(value) for value in checked):
-        return None
-    end = close
-    while doc[end - 1] in _SPACE:
-        end -= 1
-    return others, items, end
-
-
-def _array_close(doc: bytes, start: int) -> int | None:
-    """The offset of the ']' that closes the array opening at ``start - 1``, read off orjson's
-    complaint about what follows it (a position in characters)."""
-    tail = doc[start - 1 :]
-    try:
-        orjson.loads(tail)
-    except orjson.JSONDecodeError as exc:
-        chars = exc.pos
-    else:
-        return None  # the array is the whole rest: no object holds it
-    after = chars if tail.isascii() else len(tail.decode(errors="replace")[:chars].encode())
-    close = start - 2 + after
-    while close >= start and doc[close] in _SPACE:
-        close -= 1
-    return close if close >= start - 1 and doc[close : close + 1] == b"]" else None
 
 
 def encode(value: Any) -> bytes:

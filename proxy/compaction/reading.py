@@ -31,12 +31,12 @@ from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
 from proxy.core.policy import PolicySettings
+from proxy.core.resent import ParsedBody
 from proxy.core.tokens import TokenCounter
 from proxy.errors import PayloadTooLarge
 from proxy.state.conversations import Store
 from proxy.state.tenancy import Tenancy, credential_from_headers, resolve_conversation_id
 from proxy.types import ChatMessage, HeaderView
-from proxy.wirejson import ParsedBody
 
 T = TypeVar("T")
 
@@ -68,6 +68,7 @@ class Asked:
     facts: FactLookup
     focus: str | None
     fell_back: bool = False  # native asked for where the provider offers none
+    parsed: ParsedBody | None = None  # the body as parsed (what its history's items were made into)
 
 
 @dataclass(frozen=True)
@@ -157,14 +158,27 @@ class Reader:
         policy_name, policy = choose_policy(self._settings, headers, model=model, tenant=tenant)
         if tracing.on:
             tracing.request_model(model)
-        return Asked(incoming, raw, body, heavy, model, tenant, policy_name, policy, facts, focus)
+        return Asked(
+            incoming,
+            raw,
+            body,
+            heavy,
+            model,
+            tenant,
+            policy_name,
+            policy,
+            facts,
+            focus,
+            False,
+            parsed,
+        )
 
     async def plan(self, asked: Asked) -> Planned | None:
         """The conversation planned with its checkpoint; None when the proxy does not hold its
         history (the provider does, e.g. ``previous_response_id``) or it names no conversation."""
         incoming, heavy, policy = asked.incoming, asked.heavy, asked.policy
         dialect = incoming.dialect
-        neutral = await cpu(heavy, self._neutral_of, dialect, asked.body, asked.facts)
+        neutral = await cpu(heavy, self._neutral_of, dialect, asked)
         if neutral is None:
             return None
         messages = neutral.messages
@@ -203,10 +217,8 @@ class Reader:
         checkpoint, current = await cpu(heavy, self._plan_applying, conv, record, pinned)
         return Planned(conv, checkpoint, current, messages, pinned)
 
-    def _neutral_of(
-        self, dialect: Translator, body: dict[str, Any], facts: FactLookup
-    ) -> Neutral | None:
-        neutral = dialect.conversation(body, facts=facts)
+    def _neutral_of(self, dialect: Translator, asked: Asked) -> Neutral | None:
+        neutral = dialect.conversation(asked.body, facts=asked.facts, parsed=asked.parsed)
         if neutral is None:
             return None
         messages = neutral.messages

@@ -43,6 +43,7 @@ from proxy.core.facts import FactLookup
 from proxy.core.messages import FAILED, content_text
 from proxy.core.pins import PINNED
 from proxy.core.plan import Plan
+from proxy.core.resent import ParsedBody, parse_body
 from proxy.dialects.anthropic_cache import with_injected_mark
 from proxy.dialects.anthropic_native import ANTHROPIC_NATIVE
 from proxy.dialects.anthropic_placement import placed
@@ -61,7 +62,6 @@ from proxy.types import (
     TextPart,
     ToolCall,
 )
-from proxy.wirejson import ParsedBody
 
 _ROLES = ("user", "assistant", "system")
 _CACHE_MARK = "cache_control"
@@ -75,7 +75,7 @@ def parse_messages_body(raw: bytes, last: ParsedBody | None = None) -> ParsedBod
     """Parse and check what the translation relies on; anything else is the provider's to judge.
     After ``last``, the conversation's previous body, the messages it held (checked then) are
     taken as parsed, and only those that follow are checked."""
-    parsed = wirejson.parse_body(raw, "messages", last)
+    parsed = parse_body(raw, "messages", last)
     body = parsed.value
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
@@ -355,10 +355,20 @@ class AnthropicMessages:
     def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
         return parse_messages_body(raw, last)
 
-    def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
+    def conversation(
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
+    ) -> Neutral:
         messages = _system_messages(body.get("system"))
-        for message in body["messages"]:
-            messages.extend(_neutral_messages(message))
+        # A message's translation depends on it alone: those the last body made, taken.
+        made = parsed.translated if parsed is not None else []
+        for index, message in enumerate(body["messages"]):
+            if index == len(made):
+                made.append(_neutral_messages(message))
+            messages.extend(made[index])
         return Neutral(messages, _tools(body.get("tools")))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:

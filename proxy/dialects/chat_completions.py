@@ -5,22 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy import wirejson
 from proxy.core.facts import FactLookup
 from proxy.core.messages import validate_messages
 from proxy.core.plan import Plan
+from proxy.core.resent import ParsedBody, parse_body
 from proxy.dialects.base import Neutral
 from proxy.dialects.chat_recall import CHAT_RECALL
 from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.summary_calls import chat_answer_text, chat_summary_call
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.wirejson import ParsedBody
 
 
 def parse_chat_body(raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
     """Parse and check the parts every chat completion needs; anything else is the provider's.
     After ``last``, the conversation's previous body, the history it held is taken as parsed."""
-    parsed = wirejson.parse_body(raw, "messages", last)
+    parsed = parse_body(raw, "messages", last)
     body = parsed.value
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
@@ -48,7 +47,13 @@ class ChatCompletions:
     def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
         return parse_chat_body(raw, last)
 
-    def conversation(self, body: dict[str, Any], *, facts: FactLookup | None = None) -> Neutral:
+    def conversation(
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
+    ) -> Neutral:
         return Neutral(validate_messages(body["messages"], facts=facts), body.get("tools"))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 from proxy import wirejson
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
+from proxy.core.resent import ParsedBody, parse_body
 from proxy.dialects.base import HASHED, WIRE, Neutral, cleared_wires, wire_groups
 from proxy.dialects.error_shapes import openai_error_body
 from proxy.dialects.responses_native import RESPONSES_NATIVE
@@ -45,7 +46,6 @@ from proxy.types import (
     TextPart,
     ToolCall,
 )
-from proxy.wirejson import ParsedBody
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
@@ -99,7 +99,7 @@ def parse_responses_body(raw: bytes, last: ParsedBody | None = None) -> ParsedBo
     """Parse and check the parts every Responses request needs; items are checked only when the
     request is compacted (``conversation``). After ``last``, the conversation's previous body,
     the items it held are taken as parsed."""
-    parsed = wirejson.parse_body(raw, "input", last)
+    parsed = parse_body(raw, "input", last)
     body = parsed.value
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
@@ -325,7 +325,11 @@ class Responses:
         return parse_responses_body(raw, last)
 
     def conversation(
-        self, body: dict[str, Any], *, facts: FactLookup | None = None
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
     ) -> Neutral | None:
         items = body.get("input")
         if body.get("previous_response_id") is not None or body.get("conversation") is not None:

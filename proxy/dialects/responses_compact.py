@@ -22,12 +22,12 @@ from proxy.compaction.agents.items import PREFIX, ItemSeal, is_ours
 from proxy.compaction.decision import LocalReply
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
+from proxy.core.resent import ParsedBody
 from proxy.core.summary_message import render_summary_message
 from proxy.dialects.base import Neutral
 from proxy.dialects.responses import RESPONSES, parse_responses_body
 from proxy.errors import ProxyError
 from proxy.types import ResponsesItem
-from proxy.wirejson import ParsedBody
 
 _MARK = b'"' + PREFIX.encode()
 # What stands for an item of ours that does not open (another caller's, or an old secret's).
@@ -56,7 +56,11 @@ class ResponsesCompact:
         return parse_responses_body(raw, last)
 
     def conversation(
-        self, body: dict[str, Any], *, facts: FactLookup | None = None
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
     ) -> Neutral | None:
         return RESPONSES.conversation(body, facts=facts)
 

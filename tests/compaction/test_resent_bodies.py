@@ -1,5 +1,5 @@
 """A conversation's body sent again is parsed only past the history its last body held
-(``proxy.wirejson.parse_body``): what the provider receives is still what the client sent, turn
+(``proxy.core.resent``): what the provider receives is still what the client sent, turn
 for turn, whoever sends it and however the history changed. Through a real proxy."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import httpx
 
-from proxy import wirejson
+from proxy.core import resent
 from tests.support.anthropic_provider import AnthropicProvider
 from tests.support.clients import KEY
 from tests.support.config import config
@@ -21,7 +21,7 @@ OTHER_KEY = "sk-caller-two"
 def _turns(n: int, tag: str = "") -> list[dict]:
     out: list[dict] = [{"role": "system", "content": "You are terse."}]
     for i in range(n):
-        # Long enough (over wirejson.FOLLOW_BYTES in all) for the proxy to follow the history.
+        # Long enough (over resent.FOLLOW_BYTES in all) for the proxy to follow the history.
         text = f"{tag}question {i}: why is caf\u00e9 \u2192 slow? " + "details " * 240
         out.append({"role": "user", "content": text})
         out.append({"role": "assistant", "content": f"{tag}answer {i}: the cache \U0001f600"})
@@ -64,7 +64,7 @@ def test_every_change_to_a_history_sent_again_reaches_the_provider(
         [*history[:5], {"role": "user", "content": "edited"}, *history[6:]],  # one in the middle
         [*history, {"role": "user", "content": "again"}],
     ]
-    assert len(json.dumps(history[:-4])) > wirejson.FOLLOW_BYTES  # followed, every one
+    assert len(json.dumps(history[:-4])) > resent.FOLLOW_BYTES  # followed, every one
     for i, messages in enumerate(sent):
         answer = _send(proxy, messages, compact=i % 2 == 1)  # the client's spacing changes too
         assert answer.status_code == 200, answer.text

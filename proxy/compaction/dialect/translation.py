@@ -16,8 +16,8 @@ from proxy.compaction.dialect.native import NativeAdapter
 from proxy.compaction.dialect.recall import RecallShape
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
+from proxy.core.resent import ParsedBody
 from proxy.types import ChatMessage
-from proxy.wirejson import ParsedBody
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,19 @@ class Translator(Protocol):
     def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
         """The parsed body; InvalidRequest when no request of this dialect could be valid.
         ``last``, the conversation's previous body, spares parsing the history it held again
-        (``wirejson.parse_body``)."""
+        (``proxy.core.resent``)."""
         ...
 
     def conversation(
-        self, body: dict[str, Any], *, facts: FactLookup | None = None
+        self,
+        body: dict[str, Any],
+        *,
+        facts: FactLookup | None = None,
+        parsed: ParsedBody | None = None,
     ) -> Neutral | None:
         """The conversation to compact (validated through ``facts``); None when the provider
-        holds the history: forwarded unchanged, ``X-Compaction: off``."""
+        holds the history: forwarded unchanged, ``X-Compaction: off``. ``parsed``, the body as
+        parsed, carries what the last body's items were made into (``ParsedBody.translated``)."""
         ...
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:

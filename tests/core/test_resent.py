@@ -1,4 +1,4 @@
-"""proxy.wirejson.parse_body: a conversation's body sent again, parsed from where it differs.
+"""proxy.core.resent.parse_body: a conversation's body sent again, parsed from where it differs.
 
 Whatever the reuse, the value is the one ``wirejson.parse`` gives for the same bytes; the earlier
 body's history items are taken (the very objects) only when its bytes up to them came again.
@@ -13,23 +13,24 @@ import orjson
 import pytest
 
 from proxy import wirejson
+from proxy.core import resent
 from proxy.errors import InvalidRequest
 
 
 @pytest.fixture(autouse=True)
 def follow_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
     """The reuse must hold at any size: these bodies are small, and followed all the same."""
-    monkeypatch.setattr(wirejson, "FOLLOW_BYTES", 0)
+    monkeypatch.setattr(resent, "FOLLOW_BYTES", 0)
 
 
 def test_a_small_body_is_parsed_whole_and_not_followed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.undo()
     raw = json.dumps({"model": "m", "messages": _turns(3)}).encode()
-    assert len(raw) < wirejson.FOLLOW_BYTES
-    parsed = wirejson.parse_body(raw, "messages")
+    assert len(raw) < resent.FOLLOW_BYTES
+    parsed = resent.parse_body(raw, "messages")
     assert parsed.value == json.loads(raw) and not parsed.head
     big = json.dumps({"model": "m", "messages": _turns(200)}).encode()
-    assert wirejson.parse_body(big, "messages").head
+    assert resent.parse_body(big, "messages").head
 
 
 def _turns(n: int, start: int = 0) -> list[dict]:
@@ -40,9 +41,9 @@ def _turns(n: int, start: int = 0) -> list[dict]:
     return out
 
 
-def _again(first: bytes, then: bytes, field: str = "messages") -> wirejson.ParsedBody:
-    last = wirejson.parse_body(first, field)
-    return wirejson.parse_body(then, field, last)
+def _again(first: bytes, then: bytes, field: str = "messages") -> resent.ParsedBody:
+    last = resent.parse_body(first, field)
+    return resent.parse_body(then, field, last)
 
 
 @pytest.mark.parametrize(
@@ -58,8 +59,8 @@ def test_a_body_sent_again_with_turns_appended_takes_the_earlier_turns_as_parsed
     first = {"model": "gpt-5", "messages": history, "tools": [{"type": "function"}]}
     then = {"model": "gpt-5", "messages": [*history, *_turns(2, 30)], "stream": True}
     raw1, raw2 = (_bytes(dumps(body)) for body in (first, then))
-    last = wirejson.parse_body(raw1, "messages")
-    again = wirejson.parse_body(raw2, "messages", last)
+    last = resent.parse_body(raw1, "messages")
+    again = resent.parse_body(raw2, "messages", last)
     assert again.value == json.loads(raw2)
     assert list(again.value) == ["model", "messages", "stream"]  # the client's key order
     assert again.reused == len(history)
@@ -68,7 +69,7 @@ def test_a_body_sent_again_with_turns_appended_takes_the_earlier_turns_as_parsed
     # and the third request follows the second
     third = {**then, "messages": [*then["messages"], *_turns(1, 32)]}
     raw3 = _bytes(dumps(third))
-    after = wirejson.parse_body(raw3, "messages", again)
+    after = resent.parse_body(raw3, "messages", again)
     assert after.value == json.loads(raw3) and after.reused == len(then["messages"])
 
 
@@ -161,7 +162,52 @@ def test_random_histories_sent_again_parse_as_a_full_parse_does() -> None:
             body["stream"] = rng.random() < 0.5
         dumps = rng.choice([json.dumps, orjson.dumps])
         raw = _bytes(dumps(body))
-        parsed = wirejson.parse_body(raw, "messages", last)
+        parsed = resent.parse_body(raw, "messages", last)
         assert parsed.value == json.loads(raw), step
         assert list(parsed.value) == list(json.loads(raw))
         last = parsed
+
+
+def _marked(messages: list[dict]) -> list[dict]:
+    """The history as Claude Code sends it: the newest message carries the cache mark."""
+    *older, newest = messages
+    block = {"type": "text", "text": newest["content"], "cache_control": {"type": "ephemeral"}}
+    return [*older, {"role": newest["role"], "content": [block]}]
+
+
+def test_a_moved_cache_mark_keeps_every_item_before_it() -> None:
+    history = [{"role": "user", "content": "fix the bug"}, *_turns(40)[1:]]
+    first = {"model": "claude-x", "messages": _marked(history), "stream": True}
+    then_history = [*history, {"role": "user", "content": "now run the tests"}]
+    then = {"model": "claude-x", "messages": _marked(then_history), "stream": True}
+    raw1, raw2 = orjson.dumps(first), orjson.dumps(then)  # JSON.stringify's bytes
+    last = resent.parse_body(raw1, "messages")
+    again = resent.parse_body(raw2, "messages", last)
+    assert again.value == json.loads(raw2)
+    assert again.reused == len(history) - 1  # all but the one that lost its mark
+    kept = again.value["messages"][: again.reused]
+    assert all(a is b for a, b in zip(kept, last.value["messages"], strict=False))
+    third = {**then, "messages": _marked([*then_history, {"role": "assistant", "content": "ok"}])}
+    after = resent.parse_body(orjson.dumps(third), "messages", again)
+    assert after.value == json.loads(orjson.dumps(third)) and after.reused == len(then_history) - 1
+
+
+def test_a_changed_newest_item_from_a_client_of_other_spacing_is_parsed_whole() -> None:
+    history = _turns(30)
+    raw1 = json.dumps({"messages": _marked(history)}).encode()  # ", " and ": ": no offsets
+    raw2 = json.dumps({"messages": _marked([*history, {"role": "user", "content": "x"}])})
+    again = _again(raw1, raw2.encode())
+    assert again.value == json.loads(raw2) and again.reused == 0
+
+
+@pytest.mark.parametrize("where", [0, 7, 19])
+def test_one_character_changed_at_the_end_of_an_item_is_read_again(where: int) -> None:
+    """A change as long as what it replaces, right before the item's closing brace: the items
+    taken are those before the first byte that differs, not one more."""
+    history = _turns(10)
+    raw1 = orjson.dumps({"messages": history})
+    changed = [dict(m) for m in history]
+    changed[where]["content"] = changed[where]["content"][:-1] + "#"
+    raw2 = orjson.dumps({"messages": [*changed, {"role": "user", "content": "next"}]})
+    again = _again(raw1, raw2)
+    assert again.value == json.loads(raw2) and again.reused == where
