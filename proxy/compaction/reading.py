@@ -31,7 +31,7 @@ from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
 from proxy.core.policy import PolicySettings
-from proxy.core.resent import ParsedBody
+from proxy.core.resent import FOLLOW_BYTES, ParsedBody
 from proxy.core.tokens import TokenCounter
 from proxy.errors import PayloadTooLarge
 from proxy.state.conversations import Store
@@ -147,10 +147,11 @@ class Reader:
         tenant = self._tenancy.tenant(credential_from_headers(headers.values, conversation))
         heavy = len(raw) > OFFLOAD_BYTES
         dialect = incoming.dialect
-        named = _named_by(headers, conversation.header)
+        # Followed only where it pays: a big body of a conversation a header names.
+        named = _named_by(headers, conversation.header) if len(raw) >= FOLLOW_BYTES else None
         key = None if named is None else (tenant, dialect.name, named)
         last = None if key is None else self._last_bodies.get(key)
-        parsed = await cpu(heavy, dialect.parse, raw, last)
+        parsed = await cpu(heavy, dialect.parse, raw, last, key is not None)
         if key is not None:
             self._last_bodies.put(key, parsed)
         body = parsed.value

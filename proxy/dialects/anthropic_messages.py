@@ -71,11 +71,13 @@ def _invalid(message: str, param: str) -> InvalidRequest:
     return InvalidRequest(f"{param}: {message}", param=param, code="invalid_request")
 
 
-def parse_messages_body(raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+def parse_messages_body(
+    raw: bytes, last: ParsedBody | None = None, follow: bool = False
+) -> ParsedBody:
     """Parse and check what the translation relies on; anything else is the provider's to judge.
-    After ``last``, the conversation's previous body, the messages it held (checked then) are
-    taken as parsed, and only those that follow are checked."""
-    parsed = parse_body(raw, "messages", last)
+    ``follow``: the messages it begins with of ``last``'s (the conversation's previous body,
+    checked then) taken as parsed (``proxy.core.resent``), and only those after them checked."""
+    parsed = parse_body(raw, "messages", last) if follow else ParsedBody(wirejson.parse(raw))
     body = parsed.value
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
@@ -352,8 +354,8 @@ class AnthropicMessages:
     records = False
     native = ANTHROPIC_NATIVE  # context_management.edits (strategy: native)
 
-    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
-        return parse_messages_body(raw, last)
+    def parse(self, raw: bytes, last: ParsedBody | None = None, follow: bool = False) -> ParsedBody:
+        return parse_messages_body(raw, last, follow)
 
     def conversation(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy import wirejson
 from proxy.core.facts import FactLookup
 from proxy.core.messages import validate_messages
 from proxy.core.plan import Plan
@@ -16,10 +17,11 @@ from proxy.dialects.summary_calls import chat_answer_text, chat_summary_call
 from proxy.errors import InvalidRequest, ProxyError
 
 
-def parse_chat_body(raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+def parse_chat_body(raw: bytes, last: ParsedBody | None = None, follow: bool = False) -> ParsedBody:
     """Parse and check the parts every chat completion needs; anything else is the provider's.
-    After ``last``, the conversation's previous body, the history it held is taken as parsed."""
-    parsed = parse_body(raw, "messages", last)
+    ``follow``: its history located, and the items it begins with of ``last``'s (the
+    conversation's previous body) taken as parsed (``proxy.core.resent``)."""
+    parsed = parse_body(raw, "messages", last) if follow else ParsedBody(wirejson.parse(raw))
     body = parsed.value
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
@@ -44,8 +46,8 @@ class ChatCompletions:
     native = None  # chat completions has no context management of the provider's
     recall = CHAT_RECALL  # the recall tool in this dialect's shape
 
-    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
-        return parse_chat_body(raw, last)
+    def parse(self, raw: bytes, last: ParsedBody | None = None, follow: bool = False) -> ParsedBody:
+        return parse_chat_body(raw, last, follow)
 
     def conversation(
         self,

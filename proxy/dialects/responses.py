@@ -95,11 +95,13 @@ def _typed_call(kind: str, call_id: str, name: str, payload: str) -> ToolCall:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": payload}}
 
 
-def parse_responses_body(raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+def parse_responses_body(
+    raw: bytes, last: ParsedBody | None = None, follow: bool = False
+) -> ParsedBody:
     """Parse and check the parts every Responses request needs; items are checked only when the
-    request is compacted (``conversation``). After ``last``, the conversation's previous body,
-    the items it held are taken as parsed."""
-    parsed = parse_body(raw, "input", last)
+    request is compacted (``conversation``). ``follow``: the items it begins with of ``last``'s
+    (the conversation's previous body) taken as parsed (``proxy.core.resent``)."""
+    parsed = parse_body(raw, "input", last) if follow else ParsedBody(wirejson.parse(raw))
     body = parsed.value
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_type")
@@ -321,8 +323,8 @@ class Responses:
     records = False
     native = RESPONSES_NATIVE  # context_management compaction (strategy: native)
 
-    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
-        return parse_responses_body(raw, last)
+    def parse(self, raw: bytes, last: ParsedBody | None = None, follow: bool = False) -> ParsedBody:
+        return parse_responses_body(raw, last, follow)
 
     def conversation(
         self,

@@ -52,8 +52,8 @@ class ResponsesCompact:
     recall = None
     records = False
 
-    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
-        return parse_responses_body(raw, last)
+    def parse(self, raw: bytes, last: ParsedBody | None = None, follow: bool = False) -> ParsedBody:
+        return parse_responses_body(raw, last, follow)
 
     def conversation(
         self,

@@ -43,9 +43,9 @@ def _body(rounds: int, mark: bool = True) -> dict:
 
 def test_a_history_sent_again_is_translated_only_past_what_is_new() -> None:
     first, then = orjson.dumps(_body(6)), orjson.dumps(_body(8))
-    parsed = MESSAGES.parse(first)
+    parsed = MESSAGES.parse(first, None, True)
     made = MESSAGES.conversation(parsed.value, parsed=parsed)
-    again = MESSAGES.parse(then, parsed)
+    again = MESSAGES.parse(then, parsed, True)
     assert again.reused == 12  # every item but the one that lost its cache mark
     assert len(again.translated) == 12  # what the last body's taken items were made into
     neutral = MESSAGES.conversation(again.value, parsed=again)

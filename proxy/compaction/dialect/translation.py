@@ -48,10 +48,10 @@ class Translator(Protocol):
     @property
     def recall(self) -> RecallShape | None: ...
 
-    def parse(self, raw: bytes, last: ParsedBody | None = None) -> ParsedBody:
+    def parse(self, raw: bytes, last: ParsedBody | None = None, follow: bool = False) -> ParsedBody:
         """The parsed body; InvalidRequest when no request of this dialect could be valid.
-        ``last``, the conversation's previous body, spares parsing the history it held again
-        (``proxy.core.resent``)."""
+        ``follow``: locate its history in its bytes, and take from ``last``, the conversation's
+        previous body, the items it begins with (``proxy.core.resent``); else parsed whole."""
         ...
 
     def conversation(
