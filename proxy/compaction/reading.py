@@ -170,8 +170,7 @@ class Reader:
             policy,
             facts,
             focus,
-            False,
-            parsed,
+            parsed=parsed,
         )
 
     async def plan(self, asked: Asked) -> Planned | None:

@@ -165,10 +165,10 @@ class Groupings:
             len(messages) < len(last.messages) or messages[: len(last.messages)] != last.messages
         ):
             last = None
+        if last is not None and len(messages) == len(last.messages):
+            return _grouping(last)  # the same history again: nothing new to read
         scan = _scan(messages, last)
-        if (last is None or len(messages) > len(last.messages)) and (
-            len(messages) <= self.max_messages
-        ):
+        if len(messages) <= self.max_messages:
             with self._lock:
                 old = self._scans.pop(key, None)
                 self._held += len(messages) - (0 if old is None else len(old.messages))
