@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import accumulate
+from operator import sub
 
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
@@ -106,7 +108,7 @@ def plan(
         if found:
             grouping = replace(grouping, pinned=found)
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
-    source_counts = counter.per_message(source, model)
+    source_counts = counter.history_counts(source, model)
     tokens_before = sum(source_counts) + fixed
     # A summary in use replaces what it covers: stubs are batched on what is sent after it, so
     # each batch saves its threshold where the provider bills it (and stays byte-stable until
@@ -126,7 +128,7 @@ def plan(
             start=in_use or 0,
             end=stubs_before,
         )
-    per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
+    per_interaction = _per_interaction(counts, grouping)
     base = PlanBasis(
         source=source,
         strategy=policy.strategy,
@@ -355,6 +357,13 @@ _STRATEGIES: dict[str, Callable[[_Measured, PriorSummary | None], _Decision]] = 
     "neuralyze": _neuralyze,
     "trim": _trim,
 }
+
+
+def _per_interaction(counts: list[int], grouping: Grouping) -> tuple[int, ...]:
+    """Each interaction's tokens: differences of the running sum at its bounds (in C)."""
+    running = list(accumulate(counts, initial=0))
+    at = [running[i] for i in (*grouping.starts, grouping.total)]
+    return tuple(map(sub, at[1:], at[:-1]))
 
 
 def _short(room: Headroom | None) -> tuple[int, int] | None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import tiktoken
 
+from proxy.core.carried import Carried
 from proxy.core.facts import FactCache, FactLookup, Facts
 from proxy.core.interactions import Groupings
 from proxy.core.policy import ModelInfo
@@ -124,6 +125,8 @@ class TokenCounter:
         self._fallbacks: set[str] = set()  # encodings approximated (shared with request views)
         # How the last histories split into interactions, read on as they grow (the planner's).
         self.groupings = Groupings(self.facts.max_histories)
+        # The last histories' counts, read on as they grow (``history_counts``).
+        self._history_counts: Carried[int] = Carried(self.facts.max_histories)
 
     def with_facts(self, facts: FactLookup) -> TokenCounter:
         """This counter, looking messages up through ``facts`` (a request's view of
@@ -205,7 +208,9 @@ class TokenCounter:
         return self._lookup.scan(messages)
 
     def per_message(self, messages: Sequence[MessageView], model: str) -> list[int]:
-        encoding = self.encoding_name(model)
+        return self._counts(messages, self.encoding_name(model))
+
+    def _counts(self, messages: Sequence[MessageView], encoding: str) -> list[int]:
         counts = []
         # Big requests are counted in worker threads (proxy.compaction.rewriter) while the event
         # loop counts others: losing a race on the cache only costs a recount (proxy.core.facts).
@@ -215,6 +220,18 @@ class TokenCounter:
                 tokens = facts.tokens[encoding] = _message_tokens(message, self._length(encoding))
             counts.append(tokens)
         return counts
+
+    def history_counts(self, messages: Sequence[MessageView], model: str) -> list[int]:
+        """``per_message`` of a conversation's history: only the messages past those the last
+        history that began with the same message object held (the very objects) are looked
+        up (``proxy.core.carried``); the rest are its counts. Only through a request's view
+        (``with_facts``): a parsed body never changes, a caller's own list may."""
+        encoding = self.encoding_name(model)
+        if self._lookup is self.facts:  # not a request's messages: they may have changed
+            return self._counts(messages, encoding)
+        return self._history_counts.values(
+            messages, lambda new: self._counts(new, encoding), tag=encoding
+        )
 
     def count_messages(self, messages: Sequence[MessageView], model: str) -> int:
         """What the prompt costs: every message plus the reply priming."""
