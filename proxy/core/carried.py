@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from operator import is_
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
-M = TypeVar("M")
+# Carrying pays past a few messages: a shorter list is computed whole (and its caller does not
+# enter this module: a plain small request does not).
+CARRY_FROM = 8
 
 
 class Carried(Generic[V]):
-    """The values ``compute`` gives each message of a list, carried from the last list that
-    began with the same message object (under the same ``tag``: an encoding, say)."""
+    """Values computed for each message of a list, carried to the next list that begins with
+    the same message objects (under the same ``tag``: an encoding, say); the caller computes
+    the values of the messages past ``known`` and ``keep``s the whole."""
 
     def __init__(self, max_lists: int = 64, max_messages: int = 1 << 17) -> None:
         self.max_lists = max_lists
@@ -37,29 +40,22 @@ class Carried(Generic[V]):
         self._held = 0
         self._lock = threading.Lock()
 
-    def values(
-        self,
-        messages: Sequence[M],
-        compute: Callable[[Sequence[M]], list[V]],
-        tag: Hashable = None,
-    ) -> list[V]:
-        """``compute(messages)``, computed only past what the last list held of them (a new
-        list the caller may change)."""
-        if not messages or self.max_lists <= 0:
-            return compute(messages)
-        key = (id(messages[0]), tag)
-        last = self._lists.get(key)
-        held, known = last if last is not None else ((), [])
-        count = len(messages)
+    def known(self, messages: Sequence[object], tag: Hashable = None) -> list[V]:
+        """The values of the first messages of ``messages`` (all, or as many as the last list
+        held that are its very objects; none when it began otherwise): a new list."""
+        last = self._lists.get((id(messages[0]), tag)) if messages else None
+        if last is None:
+            return []
+        held, values = last
         # map stops at the shorter list: every message of the shorter one is compared.
-        if last is None or not all(map(is_, messages, held)):
-            known = []
-        elif count <= len(held):
-            return known[:count]
-        found = [*known, *compute(messages[len(known) :])]
-        if count <= self.max_messages:
-            self._store(key, list(messages), found[:])
-        return found
+        if not all(map(is_, messages, held)):
+            return []
+        return values[: len(messages)]
+
+    def keep(self, messages: Sequence[object], values: list[V], tag: Hashable = None) -> None:
+        """Carry ``values``, one per message, to the next list that begins with these."""
+        if messages and len(messages) <= self.max_messages and self.max_lists > 0:
+            self._store((id(messages[0]), tag), list(messages), values[:])
 
     def _store(self, key: tuple[int, Hashable], messages: list[object], found: list[V]) -> None:
         with self._lock:

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from proxy import wirejson
-from proxy.core.carried import Carried
+from proxy.core.carried import CARRY_FROM, Carried
 from proxy.core.digests import Message, message_digest
 from proxy.core.facts import FactLookup
 
@@ -169,10 +169,13 @@ def find_deepest(
         return None
     best: Checkpoint | None = None
     deepest = messages[: max(wanted)]
-    if carried is None:
+    if carried is None or len(deepest) < CARRY_FROM:
         digests = _digests(deepest, facts)
     else:
-        digests = carried.values(deepest, lambda new: _digests(new, facts))
+        digests = carried.known(deepest)
+        if len(digests) < len(deepest):
+            digests += _digests(deepest[len(digests) :], facts)
+            carried.keep(deepest, digests)
     h = hashlib.sha256(_SEED)
     done = 0
     for depth in sorted(wanted):

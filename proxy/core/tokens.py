@@ -29,7 +29,7 @@ from typing import Any
 
 import tiktoken
 
-from proxy.core.carried import Carried
+from proxy.core.carried import CARRY_FROM, Carried
 from proxy.core.facts import FactCache, FactLookup, Facts
 from proxy.core.interactions import Groupings
 from proxy.core.policy import ModelInfo
@@ -125,8 +125,8 @@ class TokenCounter:
         self._fallbacks: set[str] = set()  # encodings approximated (shared with request views)
         # How the last histories split into interactions, read on as they grow (the planner's).
         self.groupings = Groupings(self.facts.max_histories)
-        # The last histories' counts, read on as they grow (``history_counts``).
-        self._history_counts: Carried[int] = Carried(self.facts.max_histories)
+        # The planner's counts and marks of the last histories (``carried``): two lists each.
+        self._history_values: Carried[int] = Carried(2 * self.facts.max_histories)
 
     def with_facts(self, facts: FactLookup) -> TokenCounter:
         """This counter, looking messages up through ``facts`` (a request's view of
@@ -221,17 +221,26 @@ class TokenCounter:
             counts.append(tokens)
         return counts
 
+    @property
+    def carried(self) -> Carried[int] | None:
+        """Values per message of the last histories, read on as they grow (``proxy.core.carried``):
+        through a request's view alone (``with_facts``), as a parsed body never changes and a
+        caller's own list may."""
+        return None if self._lookup is self.facts else self._history_values
+
     def history_counts(self, messages: Sequence[MessageView], model: str) -> list[int]:
         """``per_message`` of a conversation's history: only the messages past those the last
         history that began with the same message object held (the very objects) are looked
-        up (``proxy.core.carried``); the rest are its counts. Only through a request's view
-        (``with_facts``): a parsed body never changes, a caller's own list may."""
+        up (``carried``); the rest are its counts."""
         encoding = self.encoding_name(model)
-        if self._lookup is self.facts:  # not a request's messages: they may have changed
+        carried = self.carried
+        if carried is None or len(messages) < CARRY_FROM:
             return self._counts(messages, encoding)
-        return self._history_counts.values(
-            messages, lambda new: self._counts(new, encoding), tag=encoding
-        )
+        counts = carried.known(messages, encoding)
+        if len(counts) < len(messages):
+            counts += self._counts(messages[len(counts) :], encoding)
+            carried.keep(messages, counts, encoding)
+        return counts
 
     def count_messages(self, messages: Sequence[MessageView], model: str) -> int:
         """What the prompt costs: every message plus the reply priming."""

@@ -5,26 +5,35 @@ the plan, and the checkpoint found."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import pytest
 
 from proxy.core.carried import Carried
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.core.facts import FactCache
-from proxy.core.interactions import group
+from proxy.core.interactions import group, strip_agent_summaries
+from proxy.core.pins import PINNED, pinned
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.policy import ClearToolResultsSettings, KeepSettings, PolicySettings
 from proxy.core.policy import TriggerSettings as Trigger
+from proxy.core.summary_message import render_summary_message
 from proxy.core.tokens import TokenCounter
 from proxy.core.triggers import measure
 from tests.support.messages import assistant, system, tool, user
+
+V = TypeVar("V")
 
 
 def _message(rng: random.Random, step: int) -> dict:
     """A message an agent or a client may send next (values of other types at times: ``1``
     and ``True`` are equal, but count and hash apart)."""
-    kind = rng.choice(["user", "assistant", "calls", "tool", "tool", "system", "odd"])
+    kind = rng.choice(["user", "assistant", "calls", "tool", "tool", "system", "odd", "marked"])
+    if kind == "marked":  # a summary of ours echoed back, or a message a dialect pinned
+        if rng.random() < 0.5:
+            return render_summary_message(f"summary {step}")
+        return {**user(f"pinned {step}"), PINNED: True}
     if kind == "user":
         return user(f"u{step} " * rng.randint(1, 30))
     if kind == "system":
@@ -65,6 +74,15 @@ def _histories(seed: int, steps: int) -> list[list[dict]]:
     return out
 
 
+def _values(carried: Carried[V], messages: list[dict], compute: Callable[..., list[V]]) -> list[V]:
+    """As a caller uses a carry: the values of the messages past those known, computed."""
+    known = carried.known(messages)
+    if len(known) < len(messages):
+        known += compute(messages[len(known) :])
+        carried.keep(messages, known)
+    return known
+
+
 def test_values_carried_are_what_a_whole_computation_gives() -> None:
     carried: Carried[str] = Carried(max_lists=3, max_messages=400)
     computed = []
@@ -74,7 +92,7 @@ def test_values_carried_are_what_a_whole_computation_gives() -> None:
         return [repr(m) for m in messages]
 
     for step, history in enumerate(_histories(3, 1500)):
-        values = carried.values(history, compute)
+        values = _values(carried, history, compute)
         assert values == [repr(m) for m in history], step
         values.append("the caller's own list")  # never the one carried
     assert carried._held <= 400 and len(carried._lists) <= 3
@@ -91,11 +109,11 @@ def test_a_history_sent_again_computes_only_its_new_messages() -> None:
         asked.append(len(messages))
         return [len(str(m)) for m in messages]
 
-    carried.values(history, compute)
-    carried.values([*history, user("more")], compute)
-    carried.values([*history, user("more")][:2], compute)  # a prefix: nothing to compute
+    _values(carried, history, compute)
+    _values(carried, [*history, user("more")], compute)
+    _values(carried, [*history, user("more")][:2], compute)  # a prefix: nothing to compute
     assert asked == [3, 1]
-    carried.values([history[0], dict(history[1]), history[2]], compute)  # equal, not the same
+    _values(carried, [history[0], dict(history[1]), history[2]], compute)  # equal, not the same
     assert asked == [3, 1, 3]
 
 
@@ -135,13 +153,20 @@ def test_a_carried_plan_is_the_plan_of_a_whole_computation(
                 for c in (carrying.with_facts(view), whole)
             ]
         assert made[0] == made[1], step
+        # As the planner read them before the marks were carried: echoed summaries stripped,
+        # the messages a dialect pinned pinned.
+        source = strip_agent_summaries(history)
+        assert made[0].source == source
+        grouping = group(source)
+        if policy.strategy != "off" and any(PINNED in m for m in source):
+            assert made[0].grouping.pinned == pinned(source, grouping, policy.pin, None), step
 
 
 def test_a_callers_own_list_is_counted_again_after_it_changed(counter: TokenCounter) -> None:
     """Only a request's messages (a parsed body, never changed) are carried."""
-    messages = [system("p"), user("hi")]
+    messages = [system("p"), *(user(f"hi {i}") for i in range(10))]
     before = counter.history_counts(messages, "gpt-4o")
-    messages[1]["content"] = "hi " * 50
+    messages[5]["content"] = "hi " * 50
     assert counter.history_counts(messages, "gpt-4o") == counter.per_message(messages, "gpt-4o")
     assert counter.history_counts(messages, "gpt-4o") != before
 
