@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from proxy import wirejson
+from proxy.core.carried import CARRY_FROM, Carried
 from proxy.core.digests import Message, message_digest
 from proxy.core.facts import FactLookup
 
@@ -144,13 +145,18 @@ class Record:
 
 
 def find_deepest(
-    record: Record | None, messages: Sequence[Message], *, facts: FactLookup | None = None
+    record: Record | None,
+    messages: Sequence[Message],
+    *,
+    facts: FactLookup | None = None,
+    carried: Carried[bytes] | None = None,
 ) -> Checkpoint | None:
     """The deepest active checkpoint whose chain equals the chain of the same prefix of
     ``messages``.
 
     The prefix is hashed once, incrementally, only as far as the deepest candidate; ``facts``
-    caches each message's digest (a history seen before costs a lookup a message). Among
+    caches each message's digest (a history seen before costs a lookup a message), ``carried``
+    the digests of the last histories (one sent again costs a comparison of identities). Among
     checkpoints of equal depth the newest wins (records are newest first).
     """
     if record is None:
@@ -162,7 +168,14 @@ def find_deepest(
     if not wanted:
         return None
     best: Checkpoint | None = None
-    digests = _digests(messages[: max(wanted)], facts)
+    deepest = messages[: max(wanted)]
+    if carried is None or len(deepest) < CARRY_FROM:
+        digests = _digests(deepest, facts)
+    else:
+        digests = carried.known(deepest)
+        if len(digests) < len(deepest):
+            digests += _digests(deepest[len(digests) :], facts)
+            carried.keep(deepest, digests)
     h = hashlib.sha256(_SEED)
     done = 0
     for depth in sorted(wanted):

@@ -28,7 +28,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import not_
+from itertools import accumulate
+from operator import not_, sub
 from typing import TypeVar
 
 from proxy.core.summary_message import is_agent_summary
@@ -125,6 +126,12 @@ class Grouping:
     def kept_tokens(self, counts: Sequence[int], cut: int) -> int:
         """Tokens of those messages (``counts``: each message's)."""
         return sum(counts[cut:]) + sum(counts[i] for i in self.sent_again(cut))
+
+    def tokens_each(self, counts: Sequence[int]) -> tuple[int, ...]:
+        """Each interaction's tokens: differences of the running sum at its bounds (in C)."""
+        running = list(accumulate(counts, initial=0))
+        at = [running[i] for i in (*self.starts, self.total)]
+        return tuple(map(sub, at[1:], at[:-1]))
 
     def task_tokens(self, counts: Sequence[int], cut: int, pins: set[int]) -> int:
         """Tokens of the task message sent again at ``cut``, unless it is pinned (sent anyway)."""

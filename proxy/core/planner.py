@@ -40,7 +40,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
+from proxy.core.carried import CARRY_FROM
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, strip_agent_summaries
@@ -56,7 +58,7 @@ from proxy.core.plan import (
     cut_deeper,
 )
 from proxy.core.policy import KeepSettings, ModelInfo, PolicySettings
-from proxy.core.summary_message import DEFAULT_MAX_CHARS, render_summary_message
+from proxy.core.summary_message import DEFAULT_MAX_CHARS, is_agent_summary, render_summary_message
 from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.core.triggers import Verdict, evaluate, measure
 from proxy.types import ChatMessage
@@ -92,21 +94,18 @@ def plan(
     if policy.strategy == "native":  # the provider compacts; planned here: its fallback
         policy = policy.model_copy(update={"strategy": policy.native.fallback})
     # off is fully transparent: not even a client's echoed summary is touched.
-    source = (
-        messages
-        if policy.strategy == "off"
-        else strip_agent_summaries(messages, final_prompt=policy.summarizer.final_prompt)
-    )
+    compacts, final_prompt = policy.strategy != "off", policy.summarizer.final_prompt
+    marked = compacts and _marked(messages, final_prompt, counter)
+    source = strip_agent_summaries(messages, final_prompt=final_prompt) if marked else messages
     grouping = counter.groupings.group(source)
-    compacts = policy.strategy != "off"
-    if compacts and (policy.pin or any(PINNED in m for m in source)):
+    if compacts and (policy.pin or (marked and any(PINNED in m for m in source))):
         # The policy's pins, and what a dialect pinned (PINNED).
         facts = counter.facts_of(source) if policy.pin else None
         found = pinned(source, grouping, policy.pin, facts)
         if found:
             grouping = replace(grouping, pinned=found)
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
-    source_counts = counter.per_message(source, model)
+    source_counts = counter.history_counts(source, model)
     tokens_before = sum(source_counts) + fixed
     # A summary in use replaces what it covers: stubs are batched on what is sent after it, so
     # each batch saves its threshold where the provider bills it (and stays byte-stable until
@@ -126,7 +125,7 @@ def plan(
             start=in_use or 0,
             end=stubs_before,
         )
-    per_interaction = tuple(sum(counts[a:b]) for a, b in map(grouping.span, range(len(grouping))))
+    per_interaction = grouping.tokens_each(counts)
     base = PlanBasis(
         source=source,
         strategy=policy.strategy,
@@ -158,7 +157,7 @@ def plan(
         _Measured(ctx, source, source_counts, grouping, window, force, fire), prior
     )
     sent, kept_from, task, tokens_after = assemble(ctx, grouping, decision.head, decision.render_at)
-    applied = decision.applied
+    applied, short = decision.applied, decision.short
     return Plan(
         messages=sent,
         fired=decision.current.fired,
@@ -171,7 +170,7 @@ def plan(
         summary_request=decision.summary_request,
         summary_text=applied.text if applied else None,
         task=task,
-        headroom_short=_short(decision.short),
+        headroom_short=None if short is None else (short.fixed_tokens, short.starts_at),
         _context=ctx,
         **base,
     )
@@ -357,8 +356,19 @@ _STRATEGIES: dict[str, Callable[[_Measured, PriorSummary | None], _Decision]] = 
 }
 
 
-def _short(room: Headroom | None) -> tuple[int, int] | None:
-    return (room.fixed_tokens, room.starts_at) if room is not None else None
+def _marked(messages: list[ChatMessage], final_prompt: str | None, counter: TokenCounter) -> bool:
+    """Whether a message is a summary of ours echoed back (stripped) or one a dialect pinned
+    (``PINNED``): a mark per message, carried as the history grows (most hold none)."""
+    carried, tag = counter.carried if len(messages) >= CARRY_FROM else None, ("marks", final_prompt)
+    marks = [] if carried is None else carried.known(messages, tag)
+    if len(marks) < len(messages):
+        ours = partial(is_agent_summary, final_prompt=final_prompt)
+        marks += [
+            (m.get("role") == "system" and ours(m)) or PINNED in m for m in messages[len(marks) :]
+        ]
+        if carried is not None:
+            carried.keep(messages, marks, tag)
+    return any(marks)
 
 
 def _prior_cut(prior: PriorSummary | None, grouping: Grouping) -> int | None:

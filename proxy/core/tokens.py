@@ -29,6 +29,7 @@ from typing import Any
 
 import tiktoken
 
+from proxy.core.carried import CARRY_FROM, Carried
 from proxy.core.facts import FactCache, FactLookup, Facts
 from proxy.core.interactions import Groupings
 from proxy.core.policy import ModelInfo
@@ -124,6 +125,8 @@ class TokenCounter:
         self._fallbacks: set[str] = set()  # encodings approximated (shared with request views)
         # How the last histories split into interactions, read on as they grow (the planner's).
         self.groupings = Groupings(self.facts.max_histories)
+        # The planner's counts and marks of the last histories (``carried``): two lists each.
+        self._history_values: Carried[int] = Carried(2 * self.facts.max_histories)
 
     def with_facts(self, facts: FactLookup) -> TokenCounter:
         """This counter, looking messages up through ``facts`` (a request's view of
@@ -205,7 +208,9 @@ class TokenCounter:
         return self._lookup.scan(messages)
 
     def per_message(self, messages: Sequence[MessageView], model: str) -> list[int]:
-        encoding = self.encoding_name(model)
+        return self._counts(messages, self.encoding_name(model))
+
+    def _counts(self, messages: Sequence[MessageView], encoding: str) -> list[int]:
         counts = []
         # Big requests are counted in worker threads (proxy.compaction.rewriter) while the event
         # loop counts others: losing a race on the cache only costs a recount (proxy.core.facts).
@@ -214,6 +219,27 @@ class TokenCounter:
             if tokens is None:
                 tokens = facts.tokens[encoding] = _message_tokens(message, self._length(encoding))
             counts.append(tokens)
+        return counts
+
+    @property
+    def carried(self) -> Carried[int] | None:
+        """Values per message of the last histories, read on as they grow (``proxy.core.carried``):
+        through a request's view alone (``with_facts``), as a parsed body never changes and a
+        caller's own list may."""
+        return None if self._lookup is self.facts else self._history_values
+
+    def history_counts(self, messages: Sequence[MessageView], model: str) -> list[int]:
+        """``per_message`` of a conversation's history: only the messages past those the last
+        history that began with the same message object held (the very objects) are looked
+        up (``carried``); the rest are its counts."""
+        encoding = self.encoding_name(model)
+        carried = self.carried
+        if carried is None or len(messages) < CARRY_FROM:
+            return self._counts(messages, encoding)
+        counts = carried.known(messages, encoding)
+        if len(counts) < len(messages):
+            counts += self._counts(messages[len(counts) :], encoding)
+            carried.keep(messages, counts, encoding)
         return counts
 
     def count_messages(self, messages: Sequence[MessageView], model: str) -> int:

@@ -104,7 +104,13 @@ def measure(
     conditions = compile_conditions(trigger.conditions)
     interactions = 0
     interaction_tokens = 0
-    for k in range(max(grouping.interaction_at(since), 0), len(grouping)):
+    first = max(grouping.interaction_at(since), 0)
+    if not conditions and first < len(grouping) and since < grouping.total:
+        # Every interaction from ``first`` on counts, and their tokens run from ``since`` (or
+        # the first one's start) to the end: one sum in C, not a loop over interactions.
+        interactions = len(grouping) - first
+        interaction_tokens = sum(counts[max(since, grouping.starts[first]) : grouping.total])
+    for k in range(first, len(grouping) if conditions else 0):
         start, end = grouping.span(k)
         if end <= since:
             continue

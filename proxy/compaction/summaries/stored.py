@@ -14,6 +14,7 @@ from functools import partial
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.offload import work
 from proxy.compaction.summaries.pinning import choose_checkpoint
+from proxy.core.carried import Carried
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.state.conversations import Store
 
@@ -23,6 +24,9 @@ class StoredCheckpoints:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        # The digests of the last histories matched, so that one sent again is not looked up
+        # message by message (``proxy.core.carried``).
+        self._digests: Carried[bytes] = Carried()
 
     async def record(self, conv: Conversation) -> Record | None:
         return await self._store.load(conv.tenant, conv.conversation_id)
@@ -30,9 +34,10 @@ class StoredCheckpoints:
     async def deepest(self, conv: Conversation) -> Checkpoint | None:
         """The stored checkpoint deepest in this conversation's history."""
         record = await self.record(conv)
-        return await work(
-            conv.heavy, partial(find_deepest, record, conv.messages, facts=conv.facts)
+        deepest = partial(
+            find_deepest, record, conv.messages, facts=conv.facts, carried=self._digests
         )
+        return await work(conv.heavy, deepest)
 
     async def by_id(self, conv: Conversation, checkpoint_id: str | None) -> Checkpoint | None:
         """The stored checkpoint ``checkpoint_id``, if the conversation still holds it."""
@@ -47,6 +52,8 @@ class StoredCheckpoints:
         """The checkpoint a request applies: the one it pins (``proxy.compaction.summaries.pinning``;
         not enforced while the store cannot answer), else the deepest. Blocking: hashes."""
         if pinned is None:
-            return find_deepest(record, conv.messages, facts=conv.facts) if record else None
+            if record is None:
+                return None
+            return find_deepest(record, conv.messages, facts=conv.facts, carried=self._digests)
         ok = self._store.state().state == "ok"
         return choose_checkpoint(record, conv.messages, pinned, store_ok=ok, facts=conv.facts)
