@@ -1,34 +1,26 @@
 """What is known about one message, cached by its exact content: that it passed validation, its
-token count per encoding and its digest in the checkpoint chain ("one pass for
-validation + hashing + counting with the per-message caches"). A message seen on an earlier turn
-costs one dict lookup, not a validation, a tokenization and a SHA-256 of its text.
+token count per encoding and its digest in the checkpoint chain. A message seen on an earlier
+turn costs one dict lookup, not a validation, a tokenization and a SHA-256 of its text.
 
 The key is exact, never a hash standing for the message: the common shapes (``{role, content}``,
 a tool result, an assistant turn of function calls, all of them strings) are keyed by the tuple
-of their strings, anything else by its canonical JSON bytes. A dict lookup compares the key
-itself, so two messages that differ in anything validated, counted or hashed never share an
-entry, and no collision can give one history another's digest (the checkpoint chain's promise,
-``proxy.core.checkpoints``). The price is memory: the cache holds the text of the messages it
-knows, bounded by entries and by characters.
+of their strings, anything else by its canonical JSON bytes, so two messages that differ in
+anything validated, counted or hashed never share an entry, and no collision can give one history
+another's digest (the checkpoint chain's promise, ``proxy.core.checkpoints``). The price is
+memory: the cache holds the text of the messages it knows, bounded by entries and characters.
 
 Within one request the same message objects are looked at several times (validation, the chain,
 the planner's counts): through the ``RequestFacts`` that ``FactCache.request()`` gives, they are
-remembered by identity, so only the first look computes a key. That view is passed explicitly to
-whoever looks (no context variable): nothing may change a message while it is open, and a
-request's parsed body is never changed.
+remembered by identity, so only the first look computes a key (nothing may change a message
+while the view is open, and a parsed body never changes).
 
-Across requests a conversation sends its history again with a few messages appended. Building
-the key of every message and hashing its text (a SipHash of the whole transcript, the bulk of a
-long conversation's first look) would find what the previous request found: so the first look
-of a request follows the last history that began with the same two messages (one long enough
-to pay for it: a few messages, or a long text, past those two). It holds a
-private copy of each message whose key is made of strings alone (the fast shapes), and a
-message equal to its copy has that very key (a string equals only a string, None only None),
-so it takes the copy's facts after one comparison of its text; from the first message that
-differs on, the keys are built as usual. A copy shares its strings with the cache's key when
-both come from the request that first sent the message (the usual case: a message is copied
-once, then carried over); the copies are bounded by histories and by characters (half of the
-cache's).
+Across requests a conversation sends its history again with messages appended. A body followed
+from the last one (``proxy.core.resent``) carries the facts of the items it took, the same
+objects (``carry``). Any other first look follows the last history that began with the same two
+messages (when long enough to pay for it), through a private copy of each message of a fast
+shape: a message equal to its copy has that very key (a string equals only a string, None only
+None), so it takes the copy's facts after one comparison; from the first that differs on, keys
+are built as usual. The copies are bounded by histories and characters (half of the cache's).
 """
 
 from __future__ import annotations
@@ -38,7 +30,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 from operator import attrgetter, is_
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy import wirejson
 from proxy.core.digests import DIALECT_FIELD, message_digest
@@ -54,8 +46,7 @@ _OTHER_TAG = "\x00json"
 _EVICT_TO = 0.75  # share of the bounds kept when the cache is trimmed
 _ANCHOR = 2  # the messages that name a history to follow (keyed as any other)
 # A history is followed (copied, then compared next time) only past either bound, counted after
-# its first two messages: below both, building the keys and hashing the text costs less than
-# keeping the copies (in process, 2.8 against 3.9 us for three short messages).
+# its first two messages: below both, keys cost less than copies (2.8 against 3.9 us for three).
 _FOLLOW_MESSAGES = 5
 _FOLLOW_CHARS = 2048
 _SIZE = attrgetter("size")
@@ -83,6 +74,11 @@ class _Lookups:
 
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         raise NotImplementedError
+
+    def carry(self, messages: Sequence[Any], known: list[Facts]) -> list[Facts]:
+        """``scan(messages)``, where the first are objects an earlier request scanned, unchanged
+        since (a parsed body's taken items), with ``known`` their facts (the cache looks them up)."""
+        return self.scan(messages)
 
     def digests(self, messages: Sequence[MessageView]) -> list[bytes]:
         """Each message's digest in the checkpoint chain, computed once per distinct message."""
@@ -150,9 +146,7 @@ class FactCache(_Lookups):
                     out.append(facts)
                     continue
             key = _key(message)
-            facts = entries.get(key)
-            if facts is None:
-                facts = self._add(key)
+            facts = entries.get(key) or self._add(key)
             facts.used = clock
             if seen is not None and held is not None:
                 seen[id(message)] = facts
@@ -175,17 +169,12 @@ class FactCache(_Lookups):
         last = self._histories.get(anchor)
         if last is not None:
             end = min(len(messages), len(last.copies))
-            # Most requests send the last history again with messages appended: its messages
-            # are compared as one list first (the loop in C), and only when one differs, or
-            # has no copy, message by message to find the first that does.
+            # Most requests send the last history again with messages appended: compared as one
+            # list first (in C), then, when one differs or has no copy, message by message.
             followed = last.copies[start:end]
             if end > start and None not in followed and messages[start:end] == followed:
                 found = last.facts[start:end]
-                for facts in found:
-                    facts.used = clock
-                kept = messages[start:end]
-                seen.update(zip(map(id, kept), found, strict=True))
-                held.extend(kept)
+                _adopt(messages[start:end], found, clock, seen, held)
                 out.extend(found)
                 start = end
             while start < end:
@@ -259,12 +248,10 @@ class FactCache(_Lookups):
 
 class RequestFacts(_Lookups):
     """One request's view of a ``FactCache``: id -> facts of the message objects looked up so
-    far. The messages are held, so no other object can take one of their ids meanwhile.
-
-    A request looks at its whole history several times (validation, the chain, the counts,
-    recall's notes), each time the same message objects or a prefix of them: the longest list
-    looked at is remembered with its facts, and a list whose items are those very objects, in
-    order, gets their facts back after one comparison of identities, not a lookup a message."""
+    far (held, so that no other object takes one of their ids meanwhile). A request looks at its
+    history several times (validation, the chain, the counts, recall's notes), the same objects
+    or a prefix of them: the longest list looked at is kept with its facts, and a list of those
+    very objects, in order, gets them back after one comparison of identities."""
 
     __slots__ = ("_held", "_longest", "_seen", "cache")
 
@@ -272,15 +259,13 @@ class RequestFacts(_Lookups):
         self.cache = cache
         self._seen: dict[int, Facts] | None = {}
         self._held: list[Any] = []
-        # A private copy of the longest list looked at (a caller may change its own list later),
-        # and its facts.
+        # A private copy of the longest list looked at (a caller may change its list), its facts.
         self._longest: tuple[list[Any], list[Facts]] | None = None
 
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
-        """As ``FactCache.scan``; a message object seen before through this view costs a dict
-        lookup by identity, the view's first look at a history follows the last one that
-        began like it (``FactCache._follow``), and a prefix of the longest list looked at (the
-        same objects) costs a comparison of identities."""
+        """As ``FactCache.scan``; a message seen through this view costs a lookup by identity,
+        the first look at a history follows the last one that began like it (``_follow``), and
+        a prefix of the longest list looked at costs a comparison of identities."""
         seen = self._seen
         if seen is None:  # closed: the cache itself
             return self.cache._lookup(messages, None, None)
@@ -297,6 +282,15 @@ class RequestFacts(_Lookups):
             self._longest = (list(messages), found[:])
         return found
 
+    def carry(self, messages: Sequence[Any], known: list[Facts]) -> list[Facts]:
+        seen, count = self._seen, len(known)
+        if seen is None or self._held or not 0 < count <= len(messages):
+            return self.scan(messages)  # closed, or looked at already: the usual way
+        _adopt(messages[:count], known, self.cache._clock, seen, self._held)
+        found = [*known, *self.cache._lookup(messages[count:], seen, self._held)]
+        self._longest = (list(messages), found[:])
+        return found
+
     def close(self) -> None:
         # Whatever keeps the view after the request (a task made during it) must not keep the
         # request's messages alive, nor memo new ones.
@@ -305,16 +299,23 @@ class RequestFacts(_Lookups):
         self._longest = None
 
 
-class _History:
+class _History(NamedTuple):
     """A history as a request sent it: a private copy of each message of a fast shape (None for
     the others), the facts of each, and the characters their keys hold."""
 
-    __slots__ = ("chars", "copies", "facts")
+    copies: list[Any]
+    facts: list[Facts]
+    chars: int
 
-    def __init__(self, copies: list[Any], facts: list[Facts], chars: int) -> None:
-        self.copies = copies
-        self.facts = facts
-        self.chars = chars
+
+def _adopt(
+    messages: Sequence[Any], found: list[Facts], clock: int, seen: dict[int, Facts], held: list[Any]
+) -> None:
+    """``messages`` (objects unchanged since they were looked up) take ``found``, their facts."""
+    for facts in found:
+        facts.used = clock
+    seen.update(zip(map(id, messages), found, strict=True))
+    held.extend(messages)
 
 
 def _copy(message: Any, key: Hashable) -> Any:
