@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
@@ -101,7 +101,7 @@ class Recall:
         sent = plan
         # The full index first, then none, then no notes: recall's notes never make the prompt
         # bigger than the client's own nor push it past a budget the plan kept (docs/recall.md).
-        for settings in (self.settings, self.settings.model_copy(update={"index_entries": 0})):
+        for settings in self._passes():
             # A pass over the messages, hashing what was removed: off the loop for a big body.
             notes = await work(
                 conv.heavy,
@@ -125,6 +125,12 @@ class Recall:
             self._listeners.emit(RecallOffered(len(pieces)))
         sent = replace(sent, tokens_after=sent.tokens_after + tool)
         return sent, RecallSession(self, conv, shape, pieces, plan=sent)
+
+    def _passes(self) -> Iterator[RecallSettings]:
+        """The settings with the full index, then with none (copied only when it comes to it:
+        most requests' notes fit with the index)."""
+        yield self.settings
+        yield self.settings.model_copy(update={"index_entries": 0})
 
     def tool_tokens(self, conv: Conversation) -> int | None:
         """The tokens of the tool this request gets once its plan sends stubs or a summary;
