@@ -1,6 +1,6 @@
 """What is known about one message, cached by its exact content: that it passed validation, its
-token count per encoding and its digest in the checkpoint chain. A message seen on an earlier
-turn costs one dict lookup, not a validation, a tokenization and a SHA-256 of its text.
+token count per encoding and its chain digest (one dict lookup on a later turn, not a
+validation, a tokenization and a SHA-256 of its text).
 
 The key is exact, never a hash standing for the message: the common shapes (``{role, content}``,
 a tool result, an assistant turn of function calls, all of them strings) are keyed by the tuple
@@ -10,9 +10,8 @@ another's digest (the checkpoint chain's promise, ``proxy.core.checkpoints``). T
 memory: the cache holds the text of the messages it knows, bounded by entries and characters.
 
 Within one request the same message objects are looked at several times (validation, the chain,
-the planner's counts): through the ``RequestFacts`` that ``FactCache.request()`` gives, they are
-remembered by identity, so only the first look computes a key (nothing may change a message
-while the view is open, and a parsed body never changes).
+the planner's counts): a ``RequestFacts`` (``FactCache.request()``) remembers them by identity,
+so only the first look computes a key (nothing may change them meanwhile; a parsed body never).
 
 Across requests a conversation sends its history again with messages appended. A body followed
 from the last one (``proxy.core.resent``) carries the facts of the items it took, the same
@@ -50,6 +49,7 @@ _ANCHOR = 2  # the messages that name a history to follow (keyed as any other)
 _FOLLOW_MESSAGES = 5
 _FOLLOW_CHARS = 2048
 _SIZE = attrgetter("size")
+_CARRIED_BY_KEY = 8  # a list this short, not of the longest, costs less by key than by identity
 
 
 class Facts:
@@ -76,8 +76,8 @@ class _Lookups:
         raise NotImplementedError
 
     def carry(self, messages: Sequence[Any], known: list[Facts]) -> list[Facts]:
-        """``scan(messages)``, where the first are objects an earlier request scanned, unchanged
-        since (a parsed body's taken items), with ``known`` their facts (the cache looks them up)."""
+        """``scan(messages)``; their first ``len(known)``, unchanged since an earlier request
+        scanned them (a parsed body's taken items), have the facts ``known``."""
         return self.scan(messages)
 
     def digests(self, messages: Sequence[MessageView]) -> list[bytes]:
@@ -92,9 +92,9 @@ class _Lookups:
 
 
 class FactCache(_Lookups):
-    """Facts per message, least recently used dropped first (in batches: a lookup only stamps
-    its entry). Safe to share with worker threads: a dict operation is atomic, changes of size
-    are made under a lock, and a lost race costs a recount, never a wrong fact."""
+    """Facts per message, least recently used dropped first (in batches). Safe to share with
+    worker threads: dict operations are atomic, changes of size made under a lock, and a lost
+    race costs a recount, never a wrong fact."""
 
     def __init__(
         self, *, max_entries: int = 16_384, max_chars: int = 64 << 20, max_histories: int = 64
@@ -120,8 +120,7 @@ class FactCache(_Lookups):
 
     @contextlib.contextmanager
     def request(self) -> Iterator[RequestFacts]:
-        """A view for one request: a message object looked up once through it is found again
-        by identity (see the module docstring: messages must not change meanwhile)."""
+        """A view for one request: a message looked up once through it is found by identity."""
         view = RequestFacts(self)
         try:
             yield view
@@ -157,10 +156,9 @@ class FactCache(_Lookups):
     def _follow(
         self, messages: Sequence[Any], seen: dict[int, Facts], held: list[Any]
     ) -> list[Facts]:
-        """The first look of a request at a history: ``_lookup``, where the messages equal to
-        the last history that began with the same two messages take its facts by comparison
-        (see the module docstring), and this history becomes the one to follow when it is
-        long enough to pay for its copies (``_FOLLOW_MESSAGES``, ``_FOLLOW_CHARS``)."""
+        """A request's first look at a history: ``_lookup``, but the messages equal to the last
+        history begun by the same two take its facts by comparison (module docstring); this one
+        is followed next when long enough to pay for its copies (``_FOLLOW_MESSAGES``, chars)."""
         out = self._lookup(messages[:_ANCHOR], seen, held)
         anchor = (out[0], out[1])
         clock = self._clock
@@ -233,8 +231,7 @@ class FactCache(_Lookups):
         return facts
 
     def _trim(self) -> None:
-        """Drop the least recently used entries down to ``_EVICT_TO`` of both bounds (a batch,
-        so that a full cache sorts once per many misses, not on every one)."""
+        """Drop the least recently used down to ``_EVICT_TO`` of both bounds (sorted once a batch)."""
         entries = self._entries
         by_age = sorted(entries.items(), key=lambda item: item[1].used)
         keep_entries = int(self.max_entries * _EVICT_TO)
@@ -253,7 +250,7 @@ class RequestFacts(_Lookups):
     or a prefix of them: the longest list looked at is kept with its facts, and a list of those
     very objects, in order, gets them back after one comparison of identities."""
 
-    __slots__ = ("_held", "_longest", "_seen", "cache")
+    __slots__ = ("_carried", "_held", "_longest", "_seen", "cache")
 
     def __init__(self, cache: FactCache) -> None:
         self.cache = cache
@@ -261,6 +258,8 @@ class RequestFacts(_Lookups):
         self._held: list[Any] = []
         # A private copy of the longest list looked at (a caller may change its list), its facts.
         self._longest: tuple[list[Any], list[Facts]] | None = None
+        # Messages carried in, with their facts: ``_seen`` takes them only when a long list asks.
+        self._carried: tuple[Sequence[Any], list[Facts]] | None = None
 
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         """As ``FactCache.scan``; a message seen through this view costs a lookup by identity,
@@ -274,7 +273,11 @@ class RequestFacts(_Lookups):
         # map stops at the shorter list: with count <= len(longest), every message is compared.
         if longest is not None and count <= len(longest[0]) and all(map(is_, messages, longest[0])):
             return longest[1][:count]
-        if not self._held and count > _ANCHOR:
+        carried = self._carried  # a short list (a summary's head) is looked up by key instead
+        if carried is not None and count > _CARRIED_BY_KEY:
+            _adopt(*carried, self.cache._clock, seen, self._held)
+            self._carried = carried = None
+        if not self._held and carried is None and count > _ANCHOR:
             found = self.cache._follow(messages, seen, self._held)
         else:
             found = self.cache._lookup(messages, seen, self._held)
@@ -284,10 +287,12 @@ class RequestFacts(_Lookups):
 
     def carry(self, messages: Sequence[Any], known: list[Facts]) -> list[Facts]:
         seen, count = self._seen, len(known)
-        if seen is None or self._held or not 0 < count <= len(messages):
+        if seen is None or self._held or self._carried or not 0 < count <= len(messages):
             return self.scan(messages)  # closed, or looked at already: the usual way
-        _adopt(messages[:count], known, self.cache._clock, seen, self._held)
+        for facts in known:  # used now, as a lookup would stamp them
+            facts.used = self.cache._clock
         found = [*known, *self.cache._lookup(messages[count:], seen, self._held)]
+        self._carried = (messages[:count], found[:count])  # the caller may change ``known``
         self._longest = (list(messages), found[:])
         return found
 
@@ -297,11 +302,11 @@ class RequestFacts(_Lookups):
         self._seen = None
         self._held = []
         self._longest = None
+        self._carried = None
 
 
 class _History(NamedTuple):
-    """A history as a request sent it: a private copy of each message of a fast shape (None for
-    the others), the facts of each, and the characters their keys hold."""
+    """A history as sent: a private copy of each message of a fast shape (else None), facts, size."""
 
     copies: list[Any]
     facts: list[Facts]
@@ -345,19 +350,16 @@ def _key(message: Any) -> Hashable:
     In the fast shapes None stands only for an absent field (or a null ``content``, which
     validation, counting and the chain treat as an absent one); a field of any other type or a
     null one sends the message to the canonical JSON key, which tells every JSON value apart
-    (``1``, ``1.0``, ``true``). An adapter's private fields (``_wire``) are neither validated,
-    counted nor hashed and stay out of the key, except the hashed ``_hash``.
-    """
+    (``1``, ``1.0``, ``true``). An adapter's private fields (``_wire``) stay out of the key (they
+    are neither validated, counted nor hashed), except the hashed ``_hash``."""
     if type(message) is not dict:
         return (_OTHER_TAG, wirejson.canonical(message))
     get = message.get
-    content = get("content")
-    role = get("role")
+    content, role = get("content"), get("role")
     if (content is None or type(content) is str) and type(role) is str:
         keys = message.keys()
         if keys <= _PLAIN:
-            name = get("name")
-            call_id = get("tool_call_id")
+            name, call_id = get("name"), get("tool_call_id")
             if (
                 (name is None or type(name) is str)
                 and (call_id is None or type(call_id) is str)
@@ -385,10 +387,8 @@ def _calls_key(role: str, content: str | None, calls: object) -> tuple[str | Non
         function = call.get("function")
         if type(function) is not dict or len(function) != 2 or not function.keys() <= _FUNCTION:
             return None
-        call_id = call.get("id")
-        kind = call.get("type")
-        name = function.get("name")
-        arguments = function.get("arguments")
+        call_id, kind = call.get("id"), call.get("type")
+        name, arguments = function.get("name"), function.get("arguments")
         if not (
             type(call_id) is str
             and type(name) is str

@@ -42,9 +42,14 @@ def _read(raw: bytes, last: resent.ParsedBody | None, counter: TokenCounter) -> 
         messages = CHAT.conversation(parsed.value, facts=facts, parsed=parsed).messages
         counts = counter.with_facts(facts).per_message(messages, "gpt-4o")
         digests = facts.digests(messages)
+        # Lists not a prefix of the history: a short one (looked up by key), then a long one
+        # (the carried messages found by identity).
+        short = facts.digests([messages[-1], messages[0]])
+        later = facts.digests(messages[1:])
     cold = TokenCounter(facts=FactCache())
     assert counts == cold.per_message(messages, "gpt-4o")
     assert digests == [message_digest(m) for m in messages]
+    assert later == digests[1:] and short == [digests[-1], digests[0]]
     return parsed, messages
 
 
