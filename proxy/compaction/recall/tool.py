@@ -69,6 +69,8 @@ class Recall:
         self._covered = CoveredPieces()  # each turn until the next summary covers the same
         self._counts = _TextCounts(counter)
         self._tools: dict[tuple[RecallShape, str], int] = {}  # the tool's tokens, by encoding
+        # Whether a dialect's shape offers the tool at all (to a body of nothing): a constant.
+        self._offers: dict[tuple[RecallShape, str, str], bool] = {}
 
     async def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
         """The plan to render (stubs naming handles, the summary's index) and the session of a
@@ -155,10 +157,11 @@ class Recall:
         if not self.settings.enabled or shape is None:
             return None
         name, description = self.settings.tool_name, self.settings.description
-        if (
-            shape.offer({}, name, description) is None
-            or shape.offer(conv.body, name, description) is None
-        ):
+        offers = self._offers.get((shape, name, description))
+        if offers is None:
+            offers = shape.offer({}, name, description) is not None
+            self._offers[(shape, name, description)] = offers
+        if not offers or shape.offer(conv.body, name, description) is None:
             return None  # the client's own tool of that name, or no tools allowed
         return shape
 
