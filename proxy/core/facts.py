@@ -1,34 +1,25 @@
 """What is known about one message, cached by its exact content: that it passed validation, its
-token count per encoding and its digest in the checkpoint chain ("one pass for
-validation + hashing + counting with the per-message caches"). A message seen on an earlier turn
-costs one dict lookup, not a validation, a tokenization and a SHA-256 of its text.
+token count per encoding and its chain digest (one dict lookup on a later turn, not a
+validation, a tokenization and a SHA-256 of its text).
 
 The key is exact, never a hash standing for the message: the common shapes (``{role, content}``,
 a tool result, an assistant turn of function calls, all of them strings) are keyed by the tuple
-of their strings, anything else by its canonical JSON bytes. A dict lookup compares the key
-itself, so two messages that differ in anything validated, counted or hashed never share an
-entry, and no collision can give one history another's digest (the checkpoint chain's promise,
-``proxy.core.checkpoints``). The price is memory: the cache holds the text of the messages it
-knows, bounded by entries and by characters.
+of their strings, anything else by its canonical JSON bytes, so two messages that differ in
+anything validated, counted or hashed never share an entry, and no collision can give one history
+another's digest (the checkpoint chain's promise, ``proxy.core.checkpoints``). The price is
+memory: the cache holds the text of the messages it knows, bounded by entries and characters.
 
 Within one request the same message objects are looked at several times (validation, the chain,
-the planner's counts): through the ``RequestFacts`` that ``FactCache.request()`` gives, they are
-remembered by identity, so only the first look computes a key. That view is passed explicitly to
-whoever looks (no context variable): nothing may change a message while it is open, and a
-request's parsed body is never changed.
+the planner's counts): a ``RequestFacts`` (``FactCache.request()``) remembers them by identity,
+so only the first look computes a key (nothing may change them meanwhile; a parsed body never).
 
-Across requests a conversation sends its history again with a few messages appended. Building
-the key of every message and hashing its text (a SipHash of the whole transcript, the bulk of a
-long conversation's first look) would find what the previous request found: so the first look
-of a request follows the last history that began with the same two messages (one long enough
-to pay for it: a few messages, or a long text, past those two). It holds a
-private copy of each message whose key is made of strings alone (the fast shapes), and a
-message equal to its copy has that very key (a string equals only a string, None only None),
-so it takes the copy's facts after one comparison of its text; from the first message that
-differs on, the keys are built as usual. A copy shares its strings with the cache's key when
-both come from the request that first sent the message (the usual case: a message is copied
-once, then carried over); the copies are bounded by histories and by characters (half of the
-cache's).
+Across requests a conversation sends its history again with messages appended. A body followed
+from the last one (``proxy.core.resent``) carries the facts of the items it took, the same
+objects (``carry``). Any other first look follows the last history that began with the same two
+messages (when long enough to pay for it), through a private copy of each message of a fast
+shape: a message equal to its copy has that very key (a string equals only a string, None only
+None), so it takes the copy's facts after one comparison; from the first that differs on, keys
+are built as usual. The copies are bounded by histories and characters (half of the cache's).
 """
 
 from __future__ import annotations
@@ -38,7 +29,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 from operator import attrgetter, is_
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy import wirejson
 from proxy.core.digests import DIALECT_FIELD, message_digest
@@ -54,11 +45,11 @@ _OTHER_TAG = "\x00json"
 _EVICT_TO = 0.75  # share of the bounds kept when the cache is trimmed
 _ANCHOR = 2  # the messages that name a history to follow (keyed as any other)
 # A history is followed (copied, then compared next time) only past either bound, counted after
-# its first two messages: below both, building the keys and hashing the text costs less than
-# keeping the copies (in process, 2.8 against 3.9 us for three short messages).
+# its first two messages: below both, keys cost less than copies (2.8 against 3.9 us for three).
 _FOLLOW_MESSAGES = 5
 _FOLLOW_CHARS = 2048
 _SIZE = attrgetter("size")
+_CARRIED_BY_KEY = 8  # a list this short, not of the longest, costs less by key than by identity
 
 
 class Facts:
@@ -84,6 +75,11 @@ class _Lookups:
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         raise NotImplementedError
 
+    def carry(self, messages: Sequence[Any], known: list[Facts]) -> list[Facts]:
+        """``scan(messages)``; their first ``len(known)``, unchanged since an earlier request
+        scanned them (a parsed body's taken items), have the facts ``known``."""
+        return self.scan(messages)
+
     def digests(self, messages: Sequence[MessageView]) -> list[bytes]:
         """Each message's digest in the checkpoint chain, computed once per distinct message."""
         out = []
@@ -96,9 +92,9 @@ class _Lookups:
 
 
 class FactCache(_Lookups):
-    """Facts per message, least recently used dropped first (in batches: a lookup only stamps
-    its entry). Safe to share with worker threads: a dict operation is atomic, changes of size
-    are made under a lock, and a lost race costs a recount, never a wrong fact."""
+    """Facts per message, least recently used dropped first (in batches). Safe to share with
+    worker threads: dict operations are atomic, changes of size made under a lock, and a lost
+    race costs a recount, never a wrong fact."""
 
     def __init__(
         self, *, max_entries: int = 16_384, max_chars: int = 64 << 20, max_histories: int = 64
@@ -124,8 +120,7 @@ class FactCache(_Lookups):
 
     @contextlib.contextmanager
     def request(self) -> Iterator[RequestFacts]:
-        """A view for one request: a message object looked up once through it is found again
-        by identity (see the module docstring: messages must not change meanwhile)."""
+        """A view for one request: a message looked up once through it is found by identity."""
         view = RequestFacts(self)
         try:
             yield view
@@ -150,9 +145,7 @@ class FactCache(_Lookups):
                     out.append(facts)
                     continue
             key = _key(message)
-            facts = entries.get(key)
-            if facts is None:
-                facts = self._add(key)
+            facts = entries.get(key) or self._add(key)
             facts.used = clock
             if seen is not None and held is not None:
                 seen[id(message)] = facts
@@ -163,10 +156,9 @@ class FactCache(_Lookups):
     def _follow(
         self, messages: Sequence[Any], seen: dict[int, Facts], held: list[Any]
     ) -> list[Facts]:
-        """The first look of a request at a history: ``_lookup``, where the messages equal to
-        the last history that began with the same two messages take its facts by comparison
-        (see the module docstring), and this history becomes the one to follow when it is
-        long enough to pay for its copies (``_FOLLOW_MESSAGES``, ``_FOLLOW_CHARS``)."""
+        """A request's first look at a history: ``_lookup``, but the messages equal to the last
+        history begun by the same two take its facts by comparison (module docstring); this one
+        is followed next when long enough to pay for its copies (``_FOLLOW_MESSAGES``, chars)."""
         out = self._lookup(messages[:_ANCHOR], seen, held)
         anchor = (out[0], out[1])
         clock = self._clock
@@ -175,17 +167,12 @@ class FactCache(_Lookups):
         last = self._histories.get(anchor)
         if last is not None:
             end = min(len(messages), len(last.copies))
-            # Most requests send the last history again with messages appended: its messages
-            # are compared as one list first (the loop in C), and only when one differs, or
-            # has no copy, message by message to find the first that does.
+            # Most requests send the last history again with messages appended: compared as one
+            # list first (in C), then, when one differs or has no copy, message by message.
             followed = last.copies[start:end]
             if end > start and None not in followed and messages[start:end] == followed:
                 found = last.facts[start:end]
-                for facts in found:
-                    facts.used = clock
-                kept = messages[start:end]
-                seen.update(zip(map(id, kept), found, strict=True))
-                held.extend(kept)
+                _adopt(messages[start:end], found, clock, seen, held)
                 out.extend(found)
                 start = end
             while start < end:
@@ -244,8 +231,7 @@ class FactCache(_Lookups):
         return facts
 
     def _trim(self) -> None:
-        """Drop the least recently used entries down to ``_EVICT_TO`` of both bounds (a batch,
-        so that a full cache sorts once per many misses, not on every one)."""
+        """Drop the least recently used down to ``_EVICT_TO`` of both bounds (sorted once a batch)."""
         entries = self._entries
         by_age = sorted(entries.items(), key=lambda item: item[1].used)
         keep_entries = int(self.max_entries * _EVICT_TO)
@@ -259,28 +245,26 @@ class FactCache(_Lookups):
 
 class RequestFacts(_Lookups):
     """One request's view of a ``FactCache``: id -> facts of the message objects looked up so
-    far. The messages are held, so no other object can take one of their ids meanwhile.
+    far (held, so that no other object takes one of their ids meanwhile). A request looks at its
+    history several times (validation, the chain, the counts, recall's notes), the same objects
+    or a prefix of them: the longest list looked at is kept with its facts, and a list of those
+    very objects, in order, gets them back after one comparison of identities."""
 
-    A request looks at its whole history several times (validation, the chain, the counts,
-    recall's notes), each time the same message objects or a prefix of them: the longest list
-    looked at is remembered with its facts, and a list whose items are those very objects, in
-    order, gets their facts back after one comparison of identities, not a lookup a message."""
-
-    __slots__ = ("_held", "_longest", "_seen", "cache")
+    __slots__ = ("_carried", "_held", "_longest", "_seen", "cache")
 
     def __init__(self, cache: FactCache) -> None:
         self.cache = cache
         self._seen: dict[int, Facts] | None = {}
         self._held: list[Any] = []
-        # A private copy of the longest list looked at (a caller may change its own list later),
-        # and its facts.
+        # A private copy of the longest list looked at (a caller may change its list), its facts.
         self._longest: tuple[list[Any], list[Facts]] | None = None
+        # Messages carried in, with their facts: ``_seen`` takes them only when a long list asks.
+        self._carried: tuple[Sequence[Any], list[Facts]] | None = None
 
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
-        """As ``FactCache.scan``; a message object seen before through this view costs a dict
-        lookup by identity, the view's first look at a history follows the last one that
-        began like it (``FactCache._follow``), and a prefix of the longest list looked at (the
-        same objects) costs a comparison of identities."""
+        """As ``FactCache.scan``; a message seen through this view costs a lookup by identity,
+        the first look at a history follows the last one that began like it (``_follow``), and
+        a prefix of the longest list looked at costs a comparison of identities."""
         seen = self._seen
         if seen is None:  # closed: the cache itself
             return self.cache._lookup(messages, None, None)
@@ -289,12 +273,27 @@ class RequestFacts(_Lookups):
         # map stops at the shorter list: with count <= len(longest), every message is compared.
         if longest is not None and count <= len(longest[0]) and all(map(is_, messages, longest[0])):
             return longest[1][:count]
-        if not self._held and count > _ANCHOR:
+        carried = self._carried  # a short list (a summary's head) is looked up by key instead
+        if carried is not None and count > _CARRIED_BY_KEY:
+            _adopt(*carried, self.cache._clock, seen, self._held)
+            self._carried = carried = None
+        if not self._held and carried is None and count > _ANCHOR:
             found = self.cache._follow(messages, seen, self._held)
         else:
             found = self.cache._lookup(messages, seen, self._held)
         if longest is None or count > len(longest[0]):
             self._longest = (list(messages), found[:])
+        return found
+
+    def carry(self, messages: Sequence[Any], known: list[Facts]) -> list[Facts]:
+        seen, count = self._seen, len(known)
+        if seen is None or self._held or self._carried or not 0 < count <= len(messages):
+            return self.scan(messages)  # closed, or looked at already: the usual way
+        for facts in known:  # used now, as a lookup would stamp them
+            facts.used = self.cache._clock
+        found = [*known, *self.cache._lookup(messages[count:], seen, self._held)]
+        self._carried = (messages[:count], found[:count])  # the caller may change ``known``
+        self._longest = (list(messages), found[:])
         return found
 
     def close(self) -> None:
@@ -303,18 +302,25 @@ class RequestFacts(_Lookups):
         self._seen = None
         self._held = []
         self._longest = None
+        self._carried = None
 
 
-class _History:
-    """A history as a request sent it: a private copy of each message of a fast shape (None for
-    the others), the facts of each, and the characters their keys hold."""
+class _History(NamedTuple):
+    """A history as sent: a private copy of each message of a fast shape (else None), facts, size."""
 
-    __slots__ = ("chars", "copies", "facts")
+    copies: list[Any]
+    facts: list[Facts]
+    chars: int
 
-    def __init__(self, copies: list[Any], facts: list[Facts], chars: int) -> None:
-        self.copies = copies
-        self.facts = facts
-        self.chars = chars
+
+def _adopt(
+    messages: Sequence[Any], found: list[Facts], clock: int, seen: dict[int, Facts], held: list[Any]
+) -> None:
+    """``messages`` (objects unchanged since they were looked up) take ``found``, their facts."""
+    for facts in found:
+        facts.used = clock
+    seen.update(zip(map(id, messages), found, strict=True))
+    held.extend(messages)
 
 
 def _copy(message: Any, key: Hashable) -> Any:
@@ -344,19 +350,16 @@ def _key(message: Any) -> Hashable:
     In the fast shapes None stands only for an absent field (or a null ``content``, which
     validation, counting and the chain treat as an absent one); a field of any other type or a
     null one sends the message to the canonical JSON key, which tells every JSON value apart
-    (``1``, ``1.0``, ``true``). An adapter's private fields (``_wire``) are neither validated,
-    counted nor hashed and stay out of the key, except the hashed ``_hash``.
-    """
+    (``1``, ``1.0``, ``true``). An adapter's private fields (``_wire``) stay out of the key (they
+    are neither validated, counted nor hashed), except the hashed ``_hash``."""
     if type(message) is not dict:
         return (_OTHER_TAG, wirejson.canonical(message))
     get = message.get
-    content = get("content")
-    role = get("role")
+    content, role = get("content"), get("role")
     if (content is None or type(content) is str) and type(role) is str:
         keys = message.keys()
         if keys <= _PLAIN:
-            name = get("name")
-            call_id = get("tool_call_id")
+            name, call_id = get("name"), get("tool_call_id")
             if (
                 (name is None or type(name) is str)
                 and (call_id is None or type(call_id) is str)
@@ -384,10 +387,8 @@ def _calls_key(role: str, content: str | None, calls: object) -> tuple[str | Non
         function = call.get("function")
         if type(function) is not dict or len(function) != 2 or not function.keys() <= _FUNCTION:
             return None
-        call_id = call.get("id")
-        kind = call.get("type")
-        name = function.get("name")
-        arguments = function.get("arguments")
+        call_id, kind = call.get("id"), call.get("type")
+        name, arguments = function.get("name"), function.get("arguments")
         if not (
             type(call_id) is str
             and type(name) is str

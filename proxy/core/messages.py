@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, Final, cast
 
-from proxy.core.facts import FactLookup
+from proxy.core.facts import FactLookup, Facts
 from proxy.errors import InvalidMessage, InvalidRequest
 from proxy.types import ChatMessage, MessageView
 
@@ -36,11 +36,14 @@ _PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})  # need n
 
 
 # The edge: a request body's JSON comes in; past this check the list is read as ChatMessage.
-def validate_messages(raw: object, *, facts: FactLookup | None = None) -> list[ChatMessage]:
+def validate_messages(
+    raw: object, *, facts: FactLookup | None = None, known: list[Facts] | None = None
+) -> list[ChatMessage]:
     """Check a request's ``messages``; return the same list or raise InvalidMessage.
 
     With ``facts`` (``proxy.core.facts``) a message validated before, on this turn or an
-    earlier one, is not checked again.
+    earlier one, is not checked again. ``known``: the facts of the first messages, objects an
+    earlier request scanned (a parsed body's taken items); on success it holds every message's.
     """
     if not isinstance(raw, list):
         raise InvalidRequest("messages must be an array", param="messages")
@@ -51,10 +54,13 @@ def validate_messages(raw: object, *, facts: FactLookup | None = None) -> list[C
         for index, message in enumerate(raw):
             _validate_message(index, message)
         return cast("list[ChatMessage]", raw)
-    for index, known in enumerate(cache.scan(raw)):
-        if not known.valid:
+    found = cache.scan(raw) if not known else cache.carry(raw, known)
+    for index, checked in enumerate(found):
+        if not checked.valid:
             _validate_message(index, raw[index])
-            known.valid = True
+            checked.valid = True
+    if known is not None:
+        known[:] = found
     return cast("list[ChatMessage]", raw)
 
 

@@ -47,6 +47,10 @@ class ParsedBody:
     # What a dialect made of each item (``AnthropicMessages.conversation`` fills it as it reads
     # the items; it starts with what the last body's taken items were made into).
     translated: list[Any] = field(default_factory=list)
+    # The facts (``proxy.core.facts``) of the first items, filled once they all passed
+    # validation; it starts with those of the taken items, which are the same objects, unchanged
+    # (nothing changes a parsed body), so they need not be looked up again.
+    facts: list[Any] = field(default_factory=list)
 
 
 def parse_body(raw: bytes, field: str, last: ParsedBody | None = None) -> ParsedBody:
@@ -118,7 +122,8 @@ def _parse_after(
         if last.ends is not None:
             more = _item_ends(raw, at, new)
             ends = None if more is None else [*last.ends[:taken], *more]
-    return ParsedBody(others, items, head, start, taken, ends, last.translated[:taken])
+    kept = last.translated[:taken]
+    return ParsedBody(others, items, head, start, taken, ends, kept, last.facts[:taken])
 
 
 def _located(raw: bytes, value: Any, field: str) -> ParsedBody:

@@ -56,7 +56,11 @@ class ChatCompletions:
         facts: FactLookup | None = None,
         parsed: ParsedBody | None = None,
     ) -> Neutral:
-        return Neutral(validate_messages(body["messages"], facts=facts), body.get("tools"))
+        messages = body["messages"]
+        # The facts of the items taken from the last body come with them, and are kept for the
+        # next (only the body's own history: a caller may hand in another list).
+        known = parsed.facts if parsed is not None and parsed.items is messages else None
+        return Neutral(validate_messages(messages, facts=facts, known=known), body.get("tools"))
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         return {**body, "messages": plan.messages}

@@ -180,16 +180,19 @@ async def test_encrypted_records_survive_key_rotation(make_store: StoreFactory) 
 async def test_tampered_values_are_absent(make_store: StoreFactory) -> None:
     store = make_store(encryption_keys=(SecretStr(KEY_A),))
     assert await store.add_checkpoint("t", "c", checkpoint(conversation(3), 3))
-    key = store.tenancy.record_key("t", "c")
-    raw = await make_store.backend.get(key)
-    assert raw is not None
-    flipped = raw[:-5] + bytes([raw[-5] ^ 1]) + raw[-4:]
-    assert await make_store.backend.compare_and_set(key, raw, flipped, ttl_ms=60_000)
+    await _flip_a_byte(make_store, store.tenancy.record_key("t", "c"))
     assert await store.load("t", "c") is None
     assert store.counters.invalid_values == 1
     # A tampered record is replaced by the next write instead of blocking the conversation.
     assert await store.add_checkpoint("t", "c", checkpoint(conversation(3), 3))
     assert await store.load("t", "c") is not None
+
+
+async def _flip_a_byte(make_store: StoreFactory, key: str) -> None:
+    raw = await make_store.backend.get(key)
+    assert raw is not None
+    flipped = raw[:-5] + bytes([raw[-5] ^ 1]) + raw[-4:]
+    assert await make_store.backend.compare_and_set(key, raw, flipped, ttl_ms=60_000)
 
 
 async def test_garbage_values_are_absent(make_store: StoreFactory) -> None:
@@ -249,3 +252,25 @@ async def test_health_is_ok(make_store: StoreFactory) -> None:
     store = make_store()
     health = await store.health()
     assert health.state == "ok" and health.reason is None
+
+
+async def test_a_record_read_again_is_what_a_fresh_store_reads(make_store: StoreFactory) -> None:
+    """The reader keeps the records it decoded: each read is still the stored record (another
+    replica's writes, a tampered value, a delete), as a store that never read it before sees."""
+    reader = make_store(encryption_keys=(SecretStr(KEY_A),))
+    writer = make_store(encryption_keys=(SecretStr(KEY_A),))
+    messages = conversation(12)
+    parent = None
+    for covered in (3, 5, 5, 9, 11):
+        cp = checkpoint(messages, covered, parent=parent)
+        assert await writer.add_checkpoint("t", "c", cp)
+        parent = cp
+        for _ in range(2):
+            fresh = await make_store(encryption_keys=(SecretStr(KEY_A),)).load("t", "c")
+            assert await reader.load("t", "c") == fresh
+            assert fresh is not None and fresh.checkpoints[0] == cp
+    assert await reader.load("u", "c") is None  # another tenant's key: nothing of "t"'s
+    await _flip_a_byte(make_store, reader.tenancy.record_key("t", "c"))
+    assert await reader.load("t", "c") is None
+    assert await writer.delete("t", "c")
+    assert await reader.load("t", "c") is None

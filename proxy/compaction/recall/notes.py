@@ -12,6 +12,7 @@ Pure: the plan in, the annotated plan and the pieces out; nothing is stored here
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
 import threading
@@ -101,9 +102,8 @@ class CoveredPieces:
             return None
         if any(str(c.get("id")) in found.ids for m in later for c in _tool_calls(m)):
             return None
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
+        with self._lock, contextlib.suppress(KeyError):  # dropped meanwhile: found all the same
+            self._entries.move_to_end(key)  # the key is long: hashed once more, not twice
         return found
 
     def put(self, key: Hashable, covered: Covered) -> None:

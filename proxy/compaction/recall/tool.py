@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
@@ -69,6 +69,8 @@ class Recall:
         self._covered = CoveredPieces()  # each turn until the next summary covers the same
         self._counts = _TextCounts(counter)
         self._tools: dict[tuple[RecallShape, str], int] = {}  # the tool's tokens, by encoding
+        # Whether a dialect's shape offers the tool at all (to a body of nothing): a constant.
+        self._offers: dict[tuple[RecallShape, str, str], bool] = {}
 
     async def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
         """The plan to render (stubs naming handles, the summary's index) and the session of a
@@ -101,7 +103,7 @@ class Recall:
         sent = plan
         # The full index first, then none, then no notes: recall's notes never make the prompt
         # bigger than the client's own nor push it past a budget the plan kept (docs/recall.md).
-        for settings in (self.settings, self.settings.model_copy(update={"index_entries": 0})):
+        for settings in self._passes():
             # A pass over the messages, hashing what was removed: off the loop for a big body.
             notes = await work(
                 conv.heavy,
@@ -126,6 +128,12 @@ class Recall:
         sent = replace(sent, tokens_after=sent.tokens_after + tool)
         return sent, RecallSession(self, conv, shape, pieces, plan=sent)
 
+    def _passes(self) -> Iterator[RecallSettings]:
+        """The settings with the full index, then with none (copied only when it comes to it:
+        most requests' notes fit with the index)."""
+        yield self.settings
+        yield self.settings.model_copy(update={"index_entries": 0})
+
     def tool_tokens(self, conv: Conversation) -> int | None:
         """The tokens of the tool this request gets once its plan sends stubs or a summary;
         None when it gets none (``shape_for``)."""
@@ -149,10 +157,11 @@ class Recall:
         if not self.settings.enabled or shape is None:
             return None
         name, description = self.settings.tool_name, self.settings.description
-        if (
-            shape.offer({}, name, description) is None
-            or shape.offer(conv.body, name, description) is None
-        ):
+        offers = self._offers.get((shape, name, description))
+        if offers is None:
+            offers = shape.offer({}, name, description) is not None
+            self._offers[(shape, name, description)] = offers
+        if not offers or shape.offer(conv.body, name, description) is None:
             return None  # the client's own tool of that name, or no tools allowed
         return shape
 
