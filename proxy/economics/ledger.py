@@ -83,18 +83,21 @@ class Ledger:
         if data.get("v", LEDGER_VERSION) != LEDGER_VERSION:
             return cls()
         values: dict[str, Any] = {}  # each field's own type, checked below (JSON comes in here)
-        for field in fields(cls):
-            value = data.get(field.name, field.default)
-            kind = float if isinstance(field.default, float) else int
+        for name, default, kind in _KINDS:  # read after every answer: the fields listed once
+            value = data.get(name, default)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"ledger field {field.name} is not a number: {value!r}")
+                raise ValueError(f"ledger field {name} is not a number: {value!r}")
             if kind is int and not isinstance(value, int):
-                raise ValueError(f"ledger field {field.name} is not an integer: {value!r}")
-            values[field.name] = kind(value)
+                raise ValueError(f"ledger field {name} is not an integer: {value!r}")
+            values[name] = kind(value)
         return cls(**values)
 
 
 _FIELDS = tuple(field.name for field in fields(Ledger))
+# Each field's name, default and type (a float default makes a float field).
+_KINDS = tuple(
+    (f.name, f.default, float if isinstance(f.default, float) else int) for f in fields(Ledger)
+)
 
 
 def counterfactual_cost(
@@ -137,15 +140,20 @@ def add_request(
             warm=warm,
         )
     full = max(full_prompt_tokens, usage.prompt)
-    return replace(
-        ledger,
+    # Built whole, every field named (``dataclasses.replace`` costs several times more, and
+    # this runs after every answer).
+    return Ledger(
         requests=ledger.requests + 1,
         prompt_tokens=ledger.prompt_tokens + usage.prompt,
         cached_tokens=ledger.cached_tokens + usage.cached_read,
         cache_write_tokens=ledger.cache_write_tokens + usage.cache_write,
         output_tokens=ledger.output_tokens + usage.output,
+        summaries=ledger.summaries,
+        summarizer_input_tokens=ledger.summarizer_input_tokens,
+        summarizer_output_tokens=ledger.summarizer_output_tokens,
         unpriced=ledger.unpriced + (not price.priced),
         spent=ledger.spent + spent,
+        summarizer_spent=ledger.summarizer_spent,
         counterfactual=ledger.counterfactual + counterfactual,
         full_prompt_tokens=ledger.full_prompt_tokens + full,
         last_full_tokens=full,

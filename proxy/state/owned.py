@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import random
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -23,6 +24,8 @@ from proxy.state.tenancy import Tenancy
 log = logging.getLogger("proxy.store.conversations")
 
 CAS_ATTEMPTS = 16
+# Objects this process last wrote, by key: a ledger is a few KB written after every answer.
+KEPT_OBJECTS = 256
 T = TypeVar("T")
 # raw value (None: absent) -> (the sealed value to write, or None to write nothing; the result)
 Step = Callable[[bytes | None], tuple[bytes | None, T]]
@@ -55,6 +58,9 @@ class OwnedValues:
         # removed: the sealer says so) is handed to the sealer; decided once.
         self._plain = not sealer.enabled
         self._ttl_ms = ttl_ms
+        # key -> (the bytes last written there, their owner, the object they encode): the
+        # object stored by this process is edited again without decoding it back (see _stored).
+        self._written: OrderedDict[str, tuple[bytes, str, JsonObject]] = OrderedDict()
 
     def _open(self, key: str, owner: str, raw: bytes | None) -> Any:
         """The value stored under ``key`` for ``owner``; None when absent, unreadable or
@@ -90,10 +96,33 @@ class OwnedValues:
         owner's: a pure function of the stored object, which this layer only runs)."""
 
         def step(raw: bytes | None) -> tuple[bytes, JsonObject]:
-            updated = edit(self._open_object(key, owner, raw))
-            return self._seal(key, owner, updated), updated
+            updated = edit(self._stored(key, owner, raw))
+            sealed = self._seal(key, owner, updated)
+            self._remember(key, (sealed, owner, updated))
+            return sealed, updated
 
         return step
+
+    def _stored(self, key: str, owner: str, raw: bytes | None) -> JsonObject | None:
+        """``_open_object`` of ``raw``; when ``raw`` is the very bytes this process sealed for
+        ``owner`` under ``key`` (no other writer since), the object they encode, undecoded.
+
+        The same bytes always open to the same object, so this is exactly ``_open_object``
+        for values that round-trip through JSON (what an edit writes: str keys, lists, numbers,
+        strings): the sealed bytes carry a fresh nonce, the plain ones their whole content.
+        Edits are pure (they build a new object), so the kept one is never changed.
+        """
+        kept = self._written.get(key)
+        if raw is not None and kept is not None and kept[1] == owner and kept[0] == raw:
+            self._written.move_to_end(key)
+            return dict(kept[2])
+        return self._open_object(key, owner, raw)
+
+    def _remember(self, key: str, written: tuple[bytes, str, JsonObject]) -> None:
+        self._written[key] = written
+        self._written.move_to_end(key)
+        if len(self._written) > KEPT_OBJECTS:
+            self._written.popitem(last=False)
 
     def _changing(
         self, key: str, step: Step[T], *, otherwise: T

@@ -132,3 +132,31 @@ def test_reading_old_new_and_broken_dicts() -> None:
     for broken in ({"requests": "3"}, {"requests": 1.5}, {"requests": True}, {"spent": None}):
         with pytest.raises(ValueError):
             Ledger.from_dict(broken)
+
+
+def test_a_request_keeps_every_total_it_does_not_add_to() -> None:
+    """The summarizer's totals (and any field added later) survive a request's update."""
+    ledger = Ledger(**{name: i + 1 for i, name in enumerate(asdict(Ledger()))})
+    after = add_request(
+        ledger, BilledUsage(1_000, 0, 0, 10), GPT41, full_prompt_tokens=1_000, warm=False
+    )
+    counted = {
+        "requests",
+        "prompt_tokens",
+        "cached_tokens",
+        "cache_write_tokens",
+        "output_tokens",
+        "unpriced",
+        "spent",
+        "counterfactual",
+        "full_prompt_tokens",
+        "last_full_tokens",
+    }
+    kept = {k: v for k, v in asdict(after).items() if k not in counted}
+    assert kept == {k: v for k, v in asdict(ledger).items() if k not in counted}
+    assert set(kept) == {
+        "summaries",
+        "summarizer_input_tokens",
+        "summarizer_output_tokens",
+        "summarizer_spent",
+    }

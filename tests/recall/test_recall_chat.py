@@ -13,6 +13,7 @@ import httpx
 
 from tests.support.clients import admin_get, openai_client
 from tests.support.config import summarizing
+from tests.support.mock_upstream import Received, Reply, completion, json_reply
 from tests.support.provider import SYSTEM, take_turn
 from tests.support.recall_model import TOOL
 from tests.support.recall_provider import CLEARING, RecallProvider, cleared_history, recall_results
@@ -240,3 +241,29 @@ def test_tools_that_are_not_a_list_go_out_as_they_came(mock, start_proxy):
     assert "tool result cleared" in stubbed  # compacted ...
     assert sent["tools"] == {"not": "a list"}  # ... its tools as they came ...
     assert "recall id" not in stubbed  # ... and no handle for a tool it was not offered
+
+
+def test_a_recall_call_whose_name_is_escaped_is_still_answered(mock, start_proxy):
+    """JSON may spell the tool's name with ``\\u`` escapes: the call is a recall all the same,
+    answered, and never reaches the client."""
+    RecallProvider(mock)
+    server = start_proxy(summarizing(mock.url, policy=CLEARING))
+    client = openai_client(server, "recall-escaped")
+    history = [*cleared_history(client, BIG_RESULT), {"role": "user", "content": "the token?"}]
+    escaped = f"\\u{ord(TOOL[0]):04x}{TOOL[1:]}"
+
+    def escaped_call(request: Received) -> Reply:
+        handle = re.findall(r"recall id (r[a-z2-7]{10})", request.body.decode())[0]
+        call = {"id": "call_1", "type": "function", "function": {"name": "NAME"}}
+        call["function"]["arguments"] = json.dumps({"id": handle})
+        reply = json_reply(completion("", tool_calls=[call]))
+        body = reply.chunks[0]
+        assert isinstance(body, bytes) and TOOL.encode() not in body.replace(b"NAME", b"")
+        reply.chunks = [body.replace(b'"NAME"', f'"{escaped}"'.encode())]
+        return reply
+
+    mock.push(escaped_call, json_reply(completion("found it")))
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history)
+    message = raw.parse().choices[0].message
+    assert message.content == "found it" and not message.tool_calls
+    assert raw.headers["x-compaction-recalls"] == "1"

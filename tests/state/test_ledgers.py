@@ -3,6 +3,7 @@ its tenant, sealed, forgotten with the conversation, and never a failure on the 
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -78,3 +79,34 @@ async def test_a_failing_store_answers_none_on_update_and_raises_for_the_admin()
     assert await store.ledgers.update("t", "c", count) is None
     with pytest.raises(StoreError):  # the admin must know the store did not answer
         await store.ledgers.inspect("t", "c")
+
+
+async def test_an_edit_sees_exactly_what_the_store_holds_whoever_wrote_it() -> None:
+    """The process edits its own last write without decoding it again: each edit must still
+    get exactly the entry the store's bytes decode to, through writes of another replica and
+    with or without sealing."""
+    rng = random.Random(7)
+    seen: list[dict[str, Any] | None] = []  # what each edit was given
+
+    def grow(entry: dict[str, Any] | None) -> dict[str, Any]:
+        seen.append(entry)
+        turns = [*(entry or {}).get("turns", []), [rng.random(), rng.randint(0, 9), "é"]]
+        return {**(entry or {}), "n": rng.randint(0, 10**9), "turns": turns[-5:]}
+
+    for keys in ([], [KEY_A]):
+        backend = MemoryBackend()
+        settings = store_settings("memory://", encryption_keys=keys)
+        tenancy = Tenancy.from_settings(settings)
+        sealer = Sealer.from_settings([SecretStr(k) for k in keys])
+        one, two = (
+            Store(backend, settings=settings, tenancy=tenancy, sealer=sealer) for _ in range(2)
+        )
+        seen.clear()
+        stored = None
+        for _ in range(60):
+            writer = one if rng.random() < 0.7 else two
+            written = await writer.ledgers.update("t", "c", grow)
+            assert seen[-1] == stored  # what the edit got: the store's entry, decoded
+            stored = await one.ledgers.inspect("t", "c")
+            assert written == stored
+        assert len(seen) == 60

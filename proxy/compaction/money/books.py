@@ -77,11 +77,23 @@ class Pace:
 
     def grown_to(self, tokens: int) -> Pace:
         """The record once a request with a history of ``tokens`` is seen."""
-        if self.tokens <= 0 or tokens <= self.tokens:  # first seen, or a retry, edit, fork
-            return replace(self, tokens=tokens)
-        samples = self.samples + 1
-        growth = self.growth + (tokens - self.tokens - self.growth) / samples
-        return replace(self, tokens=tokens, samples=samples, growth=growth)
+        return self.seen(tokens, self.unapplied, self.unapplied_count, self.policy, self.at)
+
+    def seen(
+        self,
+        tokens: int,
+        unapplied: str | None,
+        unapplied_count: int,
+        policy: str,
+        at: float | None,
+    ) -> Pace:
+        """``grown_to(tokens)`` with the other fields given: one record built, not one a field
+        changed (``dataclasses.replace`` costs as much as the rest of an answer's books)."""
+        samples, growth = self.samples, self.growth
+        if self.tokens > 0 and tokens > self.tokens:  # not first seen, nor a retry, edit, fork
+            samples += 1
+            growth += (tokens - self.tokens - growth) / samples
+        return Pace(tokens, samples, growth, unapplied, unapplied_count, policy, at)
 
     @property
     def growth_per_turn(self) -> float | None:
@@ -102,10 +114,9 @@ class PaceSample:
     policy: str
 
     def into(self, pace: Pace, at: float) -> Pace:
-        seen = replace(pace.grown_to(self.tokens), policy=self.policy, at=at)
-        if self.applied is not None and self.applied == seen.unapplied:
-            seen = replace(seen, unapplied=None, unapplied_count=0)
-        return seen
+        if self.applied is not None and self.applied == pace.unapplied:
+            return pace.seen(self.tokens, None, 0, self.policy, at)
+        return pace.seen(self.tokens, pace.unapplied, pace.unapplied_count, self.policy, at)
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,7 +143,15 @@ async def _look_at_body(response: UpstreamResponse, session: RecallSession) -> _
     if not decoder.readable:
         return _Looked(held)
     decoded = decoder.decode(raw)
+    if not _may_name(decoded, session.tool_name):
+        return _Looked(held, None, decoded)  # calls no recall: nothing to parse it for
     return _Looked(held, session.shape.read(decoded), decoded)
+
+
+def _may_name(body: bytes, tool_name: str) -> bool:
+    """Whether a JSON ``body`` may name the tool: it holds the name, or a ``\\u`` escape that
+    could spell it (the name is letters, digits, ``_`` and ``-``: no other escape can)."""
+    return tool_name.encode() in body or b"\\u" in body
 
 
 async def _look_at_stream(response: UpstreamResponse, asker: Asker) -> _Looked:
