@@ -37,6 +37,7 @@ from proxy.state.counters import StoreCounters
 from proxy.state.ledgers import Ledgers
 from proxy.state.listing import ConversationPage, Listing
 from proxy.state.originals import Originals
+from proxy.state.owned import KeptDecoded
 from proxy.state.records import SealedRecords
 from proxy.state.resilient import ResilientBackend, StoreHealth
 from proxy.state.sealing import Sealer
@@ -61,7 +62,6 @@ TOUCH_SECONDS = 60.0
 # The records last read, kept decoded: a conversation's record changes only when a summary is
 # stored, yet every request of it reads it (bounded by records and by their stored bytes).
 _OPENED_KEPT = 256
-_OPENED_BYTES = 8 << 20
 _TOUCHED_KEPT = 65_536
 
 
@@ -114,9 +114,7 @@ class Store:
             max_listed=settings.max_listed_conversations,
         )
         self._touched: OrderedDict[str, float] = OrderedDict()  # record key -> last index move
-        # record key -> (stored bytes, owner, the record they open to), least recent first
-        self._opened: OrderedDict[str, tuple[bytes, str, Record]] = OrderedDict()
-        self._opened_bytes = 0
+        self._opened: KeptDecoded[Record] = KeptDecoded(_OPENED_KEPT)
         self._secret = SharedSecret(self._calls, tenancy, sealer)
         # Each conversation's ledger, kept beside its record, sealed alike.
         self.ledgers = Ledgers(self._calls, tenancy=tenancy, sealer=sealer, ttl_ms=self._ttl_ms)
@@ -162,25 +160,12 @@ class Store:
         """``_owned``, decoded once while the stored bytes stay the same: the same bytes under
         the same key open (the sealer's keys are fixed) and decode alike, and a Record is frozen."""
         owner = self.tenancy.owner(tenant, conversation_id)
-        kept = self._opened.pop(key, None)
-        if kept is not None:
-            self._opened_bytes -= len(kept[0])
-            if kept[1] == owner and kept[0] == raw:
-                self._keep_opened(key, raw, owner, kept[2])
-                return kept[2]
-        record = self._owned(tenant, conversation_id, key, raw)
-        if record is not None:
-            self._keep_opened(key, raw, owner, record)
+        record = self._opened.get(key, owner, raw)
+        if record is None:
+            record = self._owned(tenant, conversation_id, key, raw)
+            if record is not None:
+                self._opened.put(key, owner, raw, record)
         return record
-
-    def _keep_opened(self, key: str, raw: bytes, owner: str, record: Record) -> None:
-        if len(raw) > _OPENED_BYTES:
-            return
-        self._opened[key] = (raw, owner, record)
-        self._opened_bytes += len(raw)
-        while len(self._opened) > _OPENED_KEPT or self._opened_bytes > _OPENED_BYTES:
-            _, (dropped, _, _) = self._opened.popitem(last=False)
-            self._opened_bytes -= len(dropped)
 
     def _touch_due(self, key: str) -> bool:
         """This process last moved ``key`` in the listing over TOUCH_SECONDS ago (or never); if

@@ -11,7 +11,7 @@ import logging
 import random
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import orjson
 
@@ -27,6 +27,7 @@ CAS_ATTEMPTS = 16
 # Objects this process last wrote, by key: a ledger is a few KB written after every answer.
 KEPT_OBJECTS = 256
 T = TypeVar("T")
+V = TypeVar("V")
 # raw value (None: absent) -> (the sealed value to write, or None to write nothing; the result)
 Step = Callable[[bytes | None], tuple[bytes | None, T]]
 JsonObject = dict[str, Any]  # a value kept as one JSON object
@@ -60,7 +61,7 @@ class OwnedValues:
         self._ttl_ms = ttl_ms
         # key -> (the bytes last written there, their owner, the object they encode): the
         # object stored by this process is edited again without decoding it back (see _stored).
-        self._written: OrderedDict[str, tuple[bytes, str, JsonObject]] = OrderedDict()
+        self._written: KeptDecoded[JsonObject] = KeptDecoded(KEPT_OBJECTS)
 
     def _open(self, key: str, owner: str, raw: bytes | None) -> Any:
         """The value stored under ``key`` for ``owner``; None when absent, unreadable or
@@ -98,7 +99,7 @@ class OwnedValues:
         def step(raw: bytes | None) -> tuple[bytes, JsonObject]:
             updated = edit(self._stored(key, owner, raw))
             sealed = self._seal(key, owner, updated)
-            self._remember(key, (sealed, owner, updated))
+            self._written.put(key, owner, sealed, updated)
             return sealed, updated
 
         return step
@@ -112,17 +113,8 @@ class OwnedValues:
         strings): the sealed bytes carry a fresh nonce, the plain ones their whole content.
         Edits are pure (they build a new object), so the kept one is never changed.
         """
-        kept = self._written.get(key)
-        if raw is not None and kept is not None and kept[1] == owner and kept[0] == raw:
-            self._written.move_to_end(key)
-            return dict(kept[2])
-        return self._open_object(key, owner, raw)
-
-    def _remember(self, key: str, written: tuple[bytes, str, JsonObject]) -> None:
-        self._written[key] = written
-        self._written.move_to_end(key)
-        if len(self._written) > KEPT_OBJECTS:
-            self._written.popitem(last=False)
+        kept = None if raw is None else self._written.get(key, owner, raw)
+        return dict(kept) if kept is not None else self._open_object(key, owner, raw)
 
     def _changing(
         self, key: str, step: Step[T], *, otherwise: T
@@ -142,3 +134,36 @@ class OwnedValues:
             return otherwise
 
         return write
+
+
+class KeptDecoded(Generic[V]):
+    """Values lately decoded from (or encoded into) stored bytes, by key, each with the exact
+    bytes and the owner it stands for: the same bytes under the same key and owner decode alike,
+    so a value read again unchanged is not decoded again. Least recently used dropped first,
+    bounded by keys and by the bytes held. Used on the event loop only (no lock)."""
+
+    def __init__(self, max_keys: int, max_bytes: int = 8 << 20) -> None:
+        self.max_keys = max_keys
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[str, tuple[bytes, str, V]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: str, owner: str, raw: bytes) -> V | None:
+        """The value ``raw`` decodes to for ``owner``, if these very bytes were kept under ``key``."""
+        kept = self._kept.get(key)
+        if kept is None or kept[1] != owner or kept[0] != raw:
+            return None
+        self._kept.move_to_end(key)
+        return kept[2]
+
+    def put(self, key: str, owner: str, raw: bytes, value: V) -> None:
+        old = self._kept.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old[0])
+        if len(raw) > self.max_bytes:
+            return
+        self._kept[key] = (raw, owner, value)
+        self._bytes += len(raw)
+        while len(self._kept) > self.max_keys or self._bytes > self.max_bytes:
+            _, (dropped, _, _) = self._kept.popitem(last=False)
+            self._bytes -= len(dropped)
