@@ -335,11 +335,13 @@ class Reader:
 
 
 def _of_request(plan: Plan, messages: list[ChatMessage]) -> Plan:
-    """A plan made for the same message objects in another list, made this request's: a plan
-    that changes nothing sends this very list (so the client's own bytes go out)."""
-    if plan.source is messages:
+    """A plan made for the same message objects in another list, for this request: one that
+    changes nothing sends this very list (so the client's own bytes go out); one that changes
+    them is the same plan (what it is made of is read by position, never by the list's
+    identity), so that what is derived from it can be kept by its identity (recall's notes)."""
+    if plan.changed or plan.source is messages:
         return plan
-    return replace(plan, source=messages, messages=plan.messages if plan.changed else messages)
+    return replace(plan, source=messages, messages=messages)
 
 
 def _named_by(headers: HeaderView, names: tuple[str, ...]) -> str | None:

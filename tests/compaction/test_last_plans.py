@@ -16,6 +16,7 @@ from proxy.compaction import reading
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.decision import Decision
 from proxy.compaction.reading import LastPlans
+from proxy.compaction.recall import tool
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.resent import FOLLOW_BYTES
 from proxy.events import Listeners
@@ -199,3 +200,78 @@ def test_last_plans_are_bounded_by_conversations_and_messages(
     named("b")
     named("b")
     assert planning.made == 5
+
+
+class Annotating:
+    """Counts the plans recall annotated (not taken again)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made = 0
+        annotate = tool.annotate
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.made += 1
+            return annotate(*args, **kwargs)
+
+        monkeypatch.setattr(tool, "annotate", counted)
+
+
+def summarized(made: Compactor, messages: list[dict[str, Any]], conversation: str) -> None:
+    """A checkpoint of ``conversation`` covering its first 20 interactions, stored."""
+    store = made._store
+    caller = {"authorization": f"Bearer {KEY}"}
+    tenant = store.tenancy.tenant(credential_from_headers(caller, made.settings.conversation))
+    checkpoint = Checkpoint.create(messages, covered=41, summary="SUMMARY of the early turns")
+    assert asyncio.run(store.add_checkpoint(tenant, conversation, checkpoint))
+
+
+def test_recall_notes_of_a_plan_taken_again_are_made_once(
+    planning: Planning, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    annotating = Annotating(monkeypatch)
+    made = planning.compactor
+    messages = history()
+    summarized(made, messages, "c-last")
+    first = decide(made, body(messages))
+    again = decide(made, body(messages))
+    assert (planning.made, annotating.made) == (1, 1)
+    other, _ = compactor(SETTINGS, Listeners())
+    summarized(other, messages, "c-last")
+    assert sent(again) == sent(first) == sent(fresh(body(messages), made=other))
+    assert b"recall" in (again.body or b"")  # the tool offered: the notes were made
+
+    grown = [*messages, {"role": "user", "content": "one more question " * 20}]
+    after = decide(made, body(grown))
+    assert (planning.made, annotating.made) == (3, 3)  # with the other compactor's
+    assert sent(after) == sent(fresh(body(grown), made=other))
+
+
+def budgeted(tokens: int, *, index: bool = True) -> Compactor:
+    """A compactor whose prompts must stay under ``tokens`` (``index``: the summary's index
+    may be sent)."""
+    recall = "" if index else "recall: {index_entries: 0}\n"
+    limited = SETTINGS.replace("messages: 1000", f"input_tokens: {tokens}") + recall
+    made, _ = compactor(limited, Listeners())
+    return made
+
+
+def test_recall_notes_without_the_index_are_made_apart(tiktoken_files: object) -> None:
+    """The notes with the index do not fit, the notes without it do: each pass its own notes,
+    also when the plan is taken again."""
+    messages = history()
+    raw = body(messages)
+
+    def tokens_after(made: Compactor) -> int:
+        summarized(made, messages, "c-last")
+        return int(sent(decide(made, raw))[1][b"x-compaction-tokens-after"])
+
+    with_index = tokens_after(budgeted(100_000))
+    without = tokens_after(budgeted(100_000, index=False))
+    assert without < with_index
+    made = budgeted(without)
+    summarized(made, messages, "c-last")
+    expected = budgeted(without, index=False)
+    summarized(expected, messages, "c-last")
+    first, again = decide(made, raw), decide(made, raw)
+    assert sent(first) == sent(again) == sent(decide(expected, raw))
+    assert int(sent(first)[1][b"x-compaction-tokens-after"]) == without
