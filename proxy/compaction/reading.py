@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from operator import is_
 from typing import Any, TypeVar
 
 from proxy import tracing
@@ -30,7 +31,7 @@ from proxy.compaction.summaries.stored import StoredCheckpoints
 from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
-from proxy.core.policy import PolicySettings
+from proxy.core.policy import ModelInfo, PolicySettings
 from proxy.core.resent import FOLLOW_BYTES, ParsedBody
 from proxy.core.tokens import TokenCounter
 from proxy.errors import PayloadTooLarge
@@ -45,6 +46,10 @@ T = TypeVar("T")
 # and by the bytes of their bodies (the parsed history they hold takes a few times as much).
 LAST_BODIES = 64
 LAST_BODY_BYTES = 32 << 20
+# The last plan of each conversation, for its next request that sends the same history again:
+# bounded by conversations and by the messages their histories hold.
+LAST_PLANS = 64
+LAST_PLAN_MESSAGES = 1 << 17
 
 
 async def cpu(heavy: bool, function: Callable[..., T], *args: Any) -> T:
@@ -115,6 +120,77 @@ class LastBodies:
                 self._bytes -= len(dropped.head)
 
 
+@dataclass(frozen=True, slots=True)
+class _Applied:
+    """One conversation's last plan and everything it was made from."""
+
+    messages: list[ChatMessage]
+    record: Record | None
+    policy: PolicySettings
+    model: str
+    model_info: ModelInfo | None
+    tools: object
+    checkpoint: Checkpoint | None
+    plan: Plan
+
+
+class LastPlans:
+    """The last plan of each conversation (by its record key), given back to its next request
+    when that plans the very same inputs again: the same message objects in the same order
+    (identity: a followed body's messages are the last body's objects, never changed once
+    parsed), the same record object (the store gives the decoded record back while its bytes
+    stay the same, and a record is frozen), the same policy and model window objects (a new
+    calibration factor or window is a new object), the same model and equal tools. The planner
+    is a pure function of these and of each message's counts and digests, which depend on the
+    message alone. Least recently used dropped first; each change under a lock (worker
+    threads plan heavy requests)."""
+
+    def __init__(
+        self, *, max_plans: int = LAST_PLANS, max_messages: int = LAST_PLAN_MESSAGES
+    ) -> None:
+        self.max_plans = max_plans
+        self.max_messages = max_messages
+        self._plans: OrderedDict[str, _Applied] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def get(self, conv: Conversation, record: Record | None) -> _Applied | None:
+        last = self._plans.get(conv.key)
+        if (
+            last is None
+            or last.record is not record
+            or last.policy is not conv.policy
+            or last.model_info is not conv.model_info
+            or last.model != conv.model
+            or len(last.messages) != len(conv.messages)
+            or not all(map(is_, conv.messages, last.messages))
+            or (last.tools is not conv.tools and last.tools != conv.tools)
+        ):
+            return None
+        with self._lock:
+            if conv.key in self._plans:
+                self._plans.move_to_end(conv.key)
+        return last
+
+    def put(
+        self, conv: Conversation, record: Record | None, checkpoint: Checkpoint | None, plan: Plan
+    ) -> None:
+        messages = list(conv.messages)  # held: no other object takes one of their ids
+        applied = _Applied(
+            messages, record, conv.policy, conv.model, conv.model_info, conv.tools, checkpoint, plan
+        )
+        with self._lock:
+            old = self._plans.pop(conv.key, None)
+            self._held -= 0 if old is None else len(old.messages)
+            if len(messages) > self.max_messages or self.max_plans <= 0:
+                return
+            self._plans[conv.key] = applied
+            self._held += len(messages)
+            while len(self._plans) > self.max_plans or self._held > self.max_messages:
+                _, dropped = self._plans.popitem(last=False)
+                self._held -= len(dropped.messages)
+
+
 class Reader:
     """Reads and plans requests for the rewriter."""
 
@@ -137,6 +213,7 @@ class Reader:
         self._stored = stored  # which of its checkpoints applies
         self._models = models
         self._last_bodies = LastBodies()
+        self._last_plans = LastPlans()
 
     async def read(
         self, incoming: Incoming, raw: bytes, facts: FactLookup, focus: str | None
@@ -238,14 +315,33 @@ class Reader:
     ) -> tuple[Checkpoint | None, Plan]:
         """The checkpoint to apply (the deepest, or the one the request pins:
         ``proxy.compaction.summaries.pinning``, applied even before a trigger fires, and read-only) and
-        the plan with it. Blocking: matching the history's hash chain is CPU work."""
+        the plan with it. Blocking: matching the history's hash chain is CPU work. The same
+        history again with the same record is planned once (``LastPlans``)."""
+        if pinned is None:
+            last = self._last_plans.get(conv, record)
+            if last is not None:
+                return last.checkpoint, _of_request(last.plan, conv.messages)
         checkpoint = None  # nothing stored and nothing pinned (no summary yet): none applies
         if record is not None or pinned is not None:
             checkpoint = self._stored.to_apply(conv, record, pinned)
-        if pinned is None or checkpoint is None or checkpoint.id != pinned:
+        if pinned is None:
+            planned = plan_with(conv, checkpoint, counter=self._counter)
+            self._last_plans.put(conv, record, checkpoint, planned)
+            return checkpoint, planned
+        if checkpoint is None or checkpoint.id != pinned:
             return checkpoint, plan_with(conv, checkpoint, counter=self._counter)
         pinned_plan = plan_with(conv, replace(checkpoint, strategy="pinned"), counter=self._counter)
         return checkpoint, replace(pinned_plan, summary_request=None)
+
+
+def _of_request(plan: Plan, messages: list[ChatMessage]) -> Plan:
+    """A plan made for the same message objects in another list, for this request: one that
+    changes nothing sends this very list (so the client's own bytes go out); one that changes
+    them is the same plan (what it is made of is read by position, never by the list's
+    identity), so that what is derived from it can be kept by its identity (recall's notes)."""
+    if plan.changed or plan.source is messages:
+        return plan
+    return replace(plan, source=messages, messages=messages)
 
 
 def _named_by(headers: HeaderView, names: tuple[str, ...]) -> str | None:

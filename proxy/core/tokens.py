@@ -19,7 +19,6 @@ baked-in files) one warning is logged and a 4-bytes-per-token approximation is u
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -133,7 +132,8 @@ class TokenCounter:
         ``self.facts``); encodings and their caches are shared, not copied."""
         if facts is self._lookup:
             return self
-        view = copy.copy(self)
+        view = object.__new__(type(self))  # copy.copy, without its detour through __reduce_ex__
+        view.__dict__.update(self.__dict__)
         view._lookup = facts
         return view
 

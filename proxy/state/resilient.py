@@ -68,6 +68,11 @@ class ResilientBackend:
         # A span per call of a backend across the network; an in-process call takes less time
         # than its span would (docs/operations.md, "Traces").
         self._traced = backend.name != MemoryBackend.name
+        # The in-process store (that very class) is never waited on: none of its methods
+        # suspends, and what a caller hands ``call`` awaits only them (the backoff after a lost
+        # compare-and-set never runs: nothing can run between its read and its write). Its
+        # calls skip the deadline, a timer set and cancelled per call.
+        self._bounded = type(backend) is not MemoryBackend
         if tenancy.provisional:
             self._outage_since = time.monotonic()  # reported degraded until the secret is read
 
@@ -94,12 +99,15 @@ class ResilientBackend:
             raise StoreError(f"store unavailable: {self._last_error or 'circuit open'}")
         self._counters.backend_calls += 1
         try:
-            async with asyncio.timeout(self._timeout * factor):
-                if self._traced and tracing.on:
-                    with tracing.span("store", {"compaction.store": self._backend.name}):
+            if not self._bounded:
+                result = await call(self._backend)
+            else:
+                async with asyncio.timeout(self._timeout * factor):
+                    if self._traced and tracing.on:
+                        with tracing.span("store", {"compaction.store": self._backend.name}):
+                            result = await call(self._backend)
+                    else:
                         result = await call(self._backend)
-                else:
-                    result = await call(self._backend)
         except (StoreError, TimeoutError) as exc:
             # A caller's cancellation (client gone) is neither: it propagates and counts nothing.
             self._failed(exc)

@@ -29,7 +29,7 @@ from proxy.compaction.recall.events import (
     RecallOffered,
     RecallRounds,
 )
-from proxy.compaction.recall.notes import CoveredPieces, Piece, annotate
+from proxy.compaction.recall.notes import CoveredPieces, Notes, Piece, annotate
 from proxy.config.recall import RecallSettings
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
@@ -39,6 +39,7 @@ from proxy.state.originals import UNAVAILABLE, Originals
 from proxy.state.tenancy import Tenancy
 from proxy.types import RawHeaders
 
+_KNOWN_NOTES = 64  # conversations whose last notes are kept
 _KNOWN_KEPT = 4096  # (conversation, handle) pairs this process knows are stored already
 # One round's results together, in recall.max_result_bytes: a model that calls recall hundreds
 # of times in one answer must not make a re-ask of megabytes (each call is capped already).
@@ -71,6 +72,9 @@ class Recall:
         self._tools: dict[tuple[RecallShape, str], int] = {}  # the tool's tokens, by encoding
         # Whether a dialect's shape offers the tool at all (to a body of nothing): a constant.
         self._offers: dict[tuple[RecallShape, str, str], bool] = {}
+        # Each conversation's last notes and what they were made of: a plan taken again
+        # (``proxy.compaction.reading.LastPlans``) is annotated once.
+        self._notes: dict[tuple[str, str, str], tuple[Plan, RecallSettings, Notes]] = {}
 
     async def prepare(self, conv: Conversation, plan: Plan) -> tuple[Plan, RecallSession | None]:
         """The plan to render (stubs naming handles, the summary's index) and the session of a
@@ -88,7 +92,7 @@ class Recall:
         if shape is None or not (plan.cleared or plan.summary_text):
             return plan, None
         salt = self._tenancy.recall_salt(conv.tenant, conv.conversation_id)
-        count = partial(self._counts.count, encoding=self._counter.encoding_name(conv.model))
+        encoding = self._counter.encoding_name(conv.model)
         tool = self._tool_tokens(conv, shape)  # sent too
         # Left out when it would make the prompt bigger than the client's own (a compaction that
         # saves less than the tool: a saving that grows with the conversation, so the tool does
@@ -104,19 +108,7 @@ class Recall:
         # The full index first, then none, then no notes: recall's notes never make the prompt
         # bigger than the client's own nor push it past a budget the plan kept (docs/recall.md).
         for settings in self._passes():
-            # A pass over the messages, hashing what was removed: off the loop for a big body.
-            notes = await work(
-                conv.heavy,
-                partial(
-                    annotate,
-                    plan,
-                    salt=salt,
-                    settings=settings,
-                    count=count,
-                    covered_pieces=self._covered,
-                    facts=conv.facts,
-                ),
-            )
+            notes = await self._annotated(conv, plan, salt, settings, encoding)
             if not notes.pieces:
                 break
             if notes.plan.tokens_after + tool <= ceiling:
@@ -127,6 +119,33 @@ class Recall:
             self._listeners.emit(RecallOffered(len(pieces)))
         sent = replace(sent, tokens_after=sent.tokens_after + tool)
         return sent, RecallSession(self, conv, shape, pieces, plan=sent)
+
+    async def _annotated(
+        self, conv: Conversation, plan: Plan, salt: str, settings: RecallSettings, encoding: str
+    ) -> Notes:
+        """``annotate``'s notes, or the last ones made of the very same plan and settings."""
+        key = (conv.key, salt, encoding)
+        last = self._notes.get(key)
+        if last is not None and last[0] is plan and last[1] is settings:
+            return last[2]
+        # A pass over the messages, hashing what was removed: off the loop for a big body.
+        count = partial(self._counts.count, encoding=encoding)
+        notes = await work(
+            conv.heavy,
+            partial(
+                annotate,
+                plan,
+                salt=salt,
+                settings=settings,
+                count=count,
+                covered_pieces=self._covered,
+                facts=conv.facts,
+            ),
+        )
+        if len(self._notes) >= _KNOWN_NOTES:
+            self._notes.clear()
+        self._notes[key] = (plan, settings, notes)
+        return notes
 
     def _passes(self) -> Iterator[RecallSettings]:
         """The settings with the full index, then with none (copied only when it comes to it:
