@@ -4,8 +4,10 @@
 Run: .venv/bin/python -m tests.bench.bench_long [--quick] [--source PATH] [--baseline-source PATH]
 [--floor] (``make bench``; about a minute, half with --quick). ``--source`` runs the proxy from
 another checkout; ``--baseline-source`` runs a second checkout in the same run, each round
-sending the same request through both, and prints both (a regression check across commits); ``--floor`` also measures a minimal relay on the same server (tests/bench/relay_floor.py)
-with the body of the first case: what any pass-through served this way adds.
+sending the same request through both, and prints both (a regression check across commits);
+``--floor`` also sends, in every round of every case, the body of the first case through a
+minimal relay on the same server (tests/bench/relay_floor.py): what any pass-through served
+this way adds, measured beside each case (its ``x relay`` column).
 
 Three cases, each as the median of many sequential requests on one keep-alive connection,
 interleaved with the direct request it is compared with:
@@ -22,6 +24,7 @@ Goals: the first two add <= 0.5 ms, the compacted one <= 1.5 ms. Everything list
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -49,7 +52,7 @@ KEY = "sk-bench-long"
 ADMIN = "bench-admin-token"
 CONVERSATION = "bench-long-1"
 GOALS_MS = {"no conversation id": 0.5, "X-Compaction: off": 0.5, "compacted": 1.5}
-FLOOR = "floor: minimal relay"  # --floor: tests/bench/relay_floor.py, no conversation id
+FLOOR = "floor"  # --floor: the minimal relay of tests/bench/relay_floor.py, no conversation id
 # The proxy's configuration (start_proxy adds its port and the mock's URL).
 LONG = {
     "server": {"host": "127.0.0.1", "access_log": False, "log_level": "warning"},
@@ -318,85 +321,65 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-def measure(
-    proxy: Target, mock: Target, rounds: int, cases: dict[str, tuple[bytes, bytes, dict[str, str]]]
-) -> dict[str, tuple[float, float, float, float]]:
-    """Per case: (median ms direct, median ms through the proxy, median ms added, proxy CPU ms a
-    request), the requests interleaved in pairs. What the proxy adds is the median of each
-    pair's difference, not the difference of the two medians: a pair's two requests share the
-    machine's state of the moment, so drift (frequency, other processes) cancels out. CPU time
-    is the steadier figure on a shared machine."""
-    results: dict[str, tuple[float, float, float, float]] = {}
-    with wire.Connection(proxy.port) as via, wire.Connection(mock.port) as direct:
-        for name, (proxied, sent, headers) in cases.items():
-            to_proxy = request_bytes(proxy.port, proxied, headers)
-            to_mock = request_bytes(mock.port, sent, {})
-            for _ in range(max(rounds // 10, 3)):  # warm up (token cache, connections)
-                via.exchange(to_proxy)
-                direct.exchange(to_mock)
-            a: list[float] = []
-            b: list[float] = []
-            cpu = proxy.server.cpu_seconds()
-            for _ in range(rounds):
-                reply = direct.exchange(to_mock)
-                assert reply.status == 200, reply.status
-                a.append(reply.elapsed)
-                reply = via.exchange(to_proxy)
-                assert reply.status == 200, reply.status
-                b.append(reply.elapsed)
-            cpu_ms = (proxy.server.cpu_seconds() - cpu) * 1000 / rounds
-            added = median_ms([y - x for x, y in zip(a, b, strict=True)])
-            results[name] = (median_ms(a), median_ms(b), added, cpu_ms)
-    return results
-
-
 Figures = dict[str, tuple[float, float, float, float]]
 
 
-def measure_both(
-    proxy: Target,
-    before: Target,
+def measure(
     mock: Target,
     rounds: int,
     cases: dict[str, tuple[bytes, bytes, dict[str, str]]],
-) -> tuple[Figures, Figures]:
-    """``measure`` for this checkout's proxy and the baseline's at once: each round sends the
-    direct request, then the same request through each proxy, their order swapped every round,
-    so drift and order fall on both alike. CPU time is each proxy process's over the same span."""
-    ours: Figures = {}
-    theirs: Figures = {}
-    with (
-        wire.Connection(proxy.port) as via,
-        wire.Connection(before.port) as via_before,
-        wire.Connection(mock.port) as direct,
-    ):
-        for name, (proxied, sent, headers) in cases.items():
-            to_proxy = request_bytes(proxy.port, proxied, headers)
-            to_before = request_bytes(before.port, proxied, headers)
-            to_mock = request_bytes(mock.port, sent, {})
+    lanes: dict[str, Target],
+    floor: tuple[Target, bytes] | None = None,
+) -> dict[str, Figures]:
+    """Per lane (a proxy: this checkout's, the baseline's), per case: (median ms direct, median
+    ms through it, median ms added, its CPU ms a request); ``floor`` (the minimal relay and the
+    body it relays, with no headers) is one more lane, under the name ``FLOOR``, in every case.
+
+    Each round sends the direct request (the floor's too, when its body is not the case's),
+    then the case's request through every lane, the lanes' order rotating every round, so drift
+    and order fall on all alike and each case compares with the relay measured beside it. What
+    a lane adds is the median of each round's difference to its direct request, not the
+    difference of two medians: a round's requests share the machine's state of the moment. CPU
+    time (each lane's process over the case's rounds) is the steadier figure on a busy machine.
+    """
+    targets = dict(lanes) | ({FLOOR: floor[0]} if floor else {})
+    figures: dict[str, Figures] = {name: {} for name in targets}
+    with contextlib.ExitStack() as open_:
+        via = {name: open_.enter_context(wire.Connection(t.port)) for name, t in targets.items()}
+        direct = open_.enter_context(wire.Connection(mock.port))
+        for case, (proxied, sent, headers) in cases.items():
+            # Each lane's request, and the body of the direct request it is compared with.
+            asks = {
+                name: (request_bytes(t.port, proxied, headers), sent) for name, t in lanes.items()
+            }
+            if floor:
+                asks[FLOOR] = (request_bytes(floor[0].port, floor[1], {}), floor[1])
+            directs = {body: request_bytes(mock.port, body, {}) for _, body in asks.values()}
             for _ in range(max(rounds // 10, 3)):  # warm up (token cache, connections)
-                via.exchange(to_proxy)
-                via_before.exchange(to_before)
-                direct.exchange(to_mock)
-            a: list[float] = []
-            b: list[float] = []
-            c: list[float] = []
-            cpu = proxy.server.cpu_seconds(), before.server.cpu_seconds()
+                for name, (request, _) in asks.items():
+                    via[name].exchange(request)
+                for request in directs.values():
+                    direct.exchange(request)
+            took: dict[object, list[float]] = {key: [] for key in [*asks, *directs]}
+            cpu = {name: targets[name].server.busy_seconds() for name in asks}
+            order = list(asks)
             for i in range(rounds):
-                reply = direct.exchange(to_mock)
-                assert reply.status == 200, reply.status
-                a.append(reply.elapsed)
-                pair = [(via, to_proxy, b), (via_before, to_before, c)]
-                for connection, request, samples in pair if i % 2 else reversed(pair):
-                    reply = connection.exchange(request)
-                    assert reply.status == 200, reply.status
-                    samples.append(reply.elapsed)
-            cpu_ms = (proxy.server.cpu_seconds() - cpu[0]) * 1000 / rounds
-            cpu_before_ms = (before.server.cpu_seconds() - cpu[1]) * 1000 / rounds
-            for figures, samples, used in ((ours, b, cpu_ms), (theirs, c, cpu_before_ms)):
-                added = median_ms([y - x for x, y in zip(a, samples, strict=True)])
-                figures[name] = (median_ms(a), median_ms(samples), added, used)
-    return ours, theirs
+                for body, request in directs.items():
+                    took[body].append(_exchange(direct, request))
+                turn = i % len(order)
+                for name in order[turn:] + order[:turn]:
+                    took[name].append(_exchange(via[name], asks[name][0]))
+            for name, (_, body) in asks.items():
+                used = (targets[name].server.busy_seconds() - cpu[name]) * 1000 / rounds
+                added = median_ms([y - x for x, y in zip(took[body], took[name], strict=True)])
+                figures[name][case] = (median_ms(took[body]), median_ms(took[name]), added, used)
+    return figures
+
+
+def _exchange(connection: wire.Connection, request: bytes) -> float:
+    reply = connection.exchange(request)
+    assert reply.status == 200, reply.status
+    return reply.elapsed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,17 +431,16 @@ def main(argv: list[str] | None = None) -> int:
                 stops.append(before.server.stop)
                 wait_ready(before, KEY)
                 prime(before, body)  # the same summary: the mock writes it
-            started = time.perf_counter()
-            others = OthersShare()
-            if before is None:
-                results = measure(proxy, mock, rounds, cases)
-            else:
-                results, baseline = measure_both(proxy, before, mock, rounds, cases)
+            lanes = {"proxy": proxy} | ({"before": before} if before else {})
+            relay = None
             if args.floor:
                 floor = start_floor(tmp, mock.port)
                 stops.append(floor.server.stop)
                 wait_ready(floor, KEY)
-                results |= measure(floor, mock, rounds, {FLOOR: (raw, raw, {})})
+                relay = (floor, raw)
+            started = time.perf_counter()
+            others = OthersShare()
+            measured = measure(mock, rounds, cases, lanes, relay)
             say(
                 f"measured in {time.perf_counter() - started:.1f}s ({rounds} rounds a case); "
                 f"other processes used {others.stop():.0%} of the CPUs meanwhile"
@@ -474,34 +456,32 @@ def main(argv: list[str] | None = None) -> int:
         f"{rewrite_ms / parse_ms:.1f}x orjson.loads of the body ({parse_ms:.2f} ms); of a "
         f"history growing by a tool round a request, {growing:.1f}x (median of 60)"
     )
-    print(
-        f"{'case':<22}{'direct ms':>11}{'proxy ms':>11}{'added ms':>11}{'goal ms':>9}"
-        f"{'proxy CPU ms':>14}  verdict"
-    )
+    results, relayed = measured["proxy"], measured.get(FLOOR, {})
+    # The floor relays the first case's body in every case's rounds: each case is compared
+    # with the relay measured beside it (the goals of issue 30: compacted at most 2x its added
+    # time, the two pass-through cases at it).
+    head = f"{'case':<22}{'direct ms':>11}{'proxy ms':>11}{'added ms':>11}{'goal ms':>9}"
+    head += f"{'proxy CPU ms':>14}  verdict"
+    print(head + (f"{'relay ms':>11}{'x relay':>9}{'relay CPU':>11}" if relayed else ""))
     for name, (direct_ms, proxy_ms, added, cpu_ms) in results.items():
-        if name == FLOOR:  # not a goal: the reference for the two streamed cases
-            print(
-                f"{name:<22}{direct_ms:>11.3f}{proxy_ms:>11.3f}{added:>11.3f}{'-':>9}{cpu_ms:>14.2f}"
-            )
-            continue
         ok = added <= GOALS_MS[name]
         failed += not ok
-        verdict = "PASS" if ok else "FAIL"
-        print(
-            f"{name:<22}{direct_ms:>11.3f}{proxy_ms:>11.3f}{added:>11.3f}{GOALS_MS[name]:>9.1f}"
-            f"{cpu_ms:>14.2f}  {verdict}"
-        )
-    if args.baseline_source is not None:
+        line = f"{name:<22}{direct_ms:>11.3f}{proxy_ms:>11.3f}{added:>11.3f}{GOALS_MS[name]:>9.1f}"
+        line += f"{cpu_ms:>14.3f}  {'PASS' if ok else 'FAIL':<7}"
+        if name in relayed:
+            _, _, floor_added, floor_cpu = relayed[name]
+            line += f"{floor_added:>11.3f}{added / floor_added:>8.2f}x{floor_cpu:>11.3f}"
+        print(line)
+    if "before" in measured:
+        baseline = measured["before"]
         print(f"against {args.baseline_source} (before), measured in the same rounds:")
         print(
             f"{'case':<22}{'added ms':>11}{'before ms':>11}{'CPU ms':>9}{'before':>9}{'CPU ratio':>11}"
         )
         for name, (_, _, added, cpu_ms) in results.items():
-            if name == FLOOR:
-                continue
             _, _, was, was_cpu = baseline[name]
             print(
-                f"{name:<22}{added:>11.3f}{was:>11.3f}{cpu_ms:>9.2f}{was_cpu:>9.2f}"
+                f"{name:<22}{added:>11.3f}{was:>11.3f}{cpu_ms:>9.3f}{was_cpu:>9.3f}"
                 f"{cpu_ms / was_cpu:>10.2f}x"
             )
     return 1 if failed else 0
