@@ -9,21 +9,25 @@ sending the same request through both, and prints both (a regression check acros
 minimal relay on the same server (tests/bench/relay_floor.py): what any pass-through served
 this way adds, measured beside each case (its ``x relay`` column).
 
-Three cases, each as the median of many sequential requests on one keep-alive connection,
+Four cases, each as the median of many sequential requests on one keep-alive connection,
 interleaved with the direct request it is compared with:
 
 - no conversation id: passed through untouched (direct: the same body);
 - ``X-Compaction: off``: passed through untouched (direct: the same body);
 - compacted: a checkpoint is primed first (admin compact), so each request applies it and sends
-  the preamble, the summary and the newest turns (direct: that compacted body).
+  the preamble, the summary and the newest turns (direct: that compacted body);
+- compacted, growing: as an agent sends it, each request the last one's history with one tool
+  round more, in a conversation of its own primed the same way (direct: its compacted body).
+  The same body again is a retry's case; this one is every agent's.
 
-Goals: the first two add <= 0.5 ms, the compacted one <= 1.5 ms. Everything listens on
+Goals: the first two add <= 0.5 ms, the compacted ones <= 1.5 ms. Everything listens on
 127.0.0.1 only, every loop is bounded, and the servers started here are stopped by their pid.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +56,9 @@ MODEL = "bench-small"  # the raw mock answers it at once, summaries included
 KEY = "sk-bench-long"
 ADMIN = "bench-admin-token"
 CONVERSATION = "bench-long-1"
-GOALS_MS = {"no conversation id": 0.5, "X-Compaction: off": 0.5, "compacted": 1.5}
+GROWN = "bench-long-grown"  # the agent's case: its history one tool round longer each request
+GROWING = "compacted, growing"
+GOALS_MS = {"no conversation id": 0.5, "X-Compaction: off": 0.5, "compacted": 1.5, GROWING: 1.5}
 FLOOR = "floor"  # --floor: the minimal relay of tests/bench/relay_floor.py, no conversation id
 # The proxy's configuration (start_proxy adds its port and the mock's URL).
 LONG = {
@@ -167,10 +174,11 @@ def start_floor(tmp: Path, mock_port: int) -> Target:
     return Target("floor", port, server)
 
 
-def prime(proxy: Target, body: dict) -> tuple[int, str]:
-    """Make the checkpoint every compacted request applies: (messages covered, summary)."""
+def prime(proxy: Target, body: dict, conversation: str = CONVERSATION) -> tuple[int, str]:
+    """Make the checkpoint every compacted request of ``conversation`` applies: (messages
+    covered, summary)."""
     response = httpx.post(
-        f"http://127.0.0.1:{proxy.port}/admin/conversations/{CONVERSATION}/compact",
+        f"http://127.0.0.1:{proxy.port}/admin/conversations/{conversation}/compact",
         json=body,
         headers={"Authorization": f"Bearer {ADMIN}", "X-Caller-Authorization": f"Bearer {KEY}"},
         timeout=60,
@@ -182,7 +190,7 @@ def prime(proxy: Target, body: dict) -> tuple[int, str]:
     return checkpoint["covered_messages"], checkpoint["summary"]
 
 
-def compacted_body(body: dict, covered: int, summary: str, proxy: Target) -> bytes:
+def compacted_messages(body: dict, covered: int, summary: str, proxy: Target) -> list[dict]:
     """What the provider receives once the checkpoint applies: planned here with the same code
     and checked against the proxy's own token count."""
     settings = config(LONG, provider="http://127.0.0.1:0", server={"port": 0})
@@ -194,17 +202,49 @@ def compacted_body(body: dict, covered: int, summary: str, proxy: Target) -> byt
         model_info=None,
         prior=PriorSummary(summary, covered, "primed", active=True),
     )
+    sent = applied(proxy, json.dumps(body).encode(), CONVERSATION)
+    if sent["x-compaction-tokens-after"] != str(made.tokens_after):
+        say("note: the local plan differs from the proxy's; the direct body is an approximation")
+    return made.messages
+
+
+def applied(proxy: Target, body: bytes, conversation: str) -> httpx.Headers:
+    """The response headers of ``body`` sent in ``conversation``, whose checkpoint must apply."""
     sent = httpx.post(
         f"http://127.0.0.1:{proxy.port}{CHAT}",
-        content=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {KEY}", "X-Conversation-Id": CONVERSATION},
+        content=body,
+        headers={"Authorization": f"Bearer {KEY}", "X-Conversation-Id": conversation},
         timeout=60,
     )
     if sent.headers.get("x-compaction") != "applied":
         raise SystemExit(f"the primed checkpoint did not apply: {dict(sent.headers)}")
-    if sent.headers["x-compaction-tokens-after"] != str(made.tokens_after):
-        say("note: the local plan differs from the proxy's; the direct body is an approximation")
-    return wirejson.encode({**body, "messages": made.messages})
+    return sent.headers
+
+
+def tool_round(turn: int) -> list[dict]:
+    """What a coding agent appends to its history each request: a tool call and its result."""
+    call = {"id": f"call_g{turn}", "type": "function"}
+    call["function"] = {"name": "read_file", "arguments": json.dumps({"path": f"g{turn}"})}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": f"line {turn}\n" * 40},
+    ]
+
+
+def grown_bodies(body: dict, kept: list[dict], count: int) -> list[tuple[bytes, bytes]]:
+    """``count`` requests of an agent's run past the checkpoint: (the body, the body the provider
+    gets once the checkpoint applies, ``kept`` the messages it keeps of ``body``), each with one
+    tool round more than the last."""
+    bodies, history, added = [], list(body["messages"]), []
+    for turn in range(count):
+        added += tool_round(turn)
+        bodies.append(
+            (
+                json.dumps({**body, "messages": history + added}).encode(),
+                wirejson.encode({**body, "messages": kept + added}),
+            )
+        )
+    return bodies
 
 
 def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float, float]:
@@ -277,12 +317,7 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float, float
         history = list(messages)
         ratios = []
         for turn in range(requests):
-            call = {"id": f"call_g{turn}", "type": "function"}
-            call["function"] = {"name": "read_file", "arguments": json.dumps({"path": f"g{turn}"})}
-            history += [
-                {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": call["id"], "content": f"line {turn}\n" * 40},
-            ]
+            history += tool_round(turn)
             grown = json.dumps({**body, "messages": history}).encode()
 
             started = time.process_time()
@@ -324,55 +359,76 @@ def median_ms(samples: list[float]) -> float:
 Figures = dict[str, tuple[float, float, float, float]]
 
 
+@dataclass(frozen=True)
+class Case:
+    """What one case sends: its headers, and for round ``i`` (the warm-up's first) the body the
+    proxies get and the body the provider gets from them (the direct request's)."""
+
+    headers: dict[str, str]
+    bodies: Callable[[int], tuple[bytes, bytes]]
+
+    @classmethod
+    def same(cls, proxied: bytes, sent: bytes, headers: dict[str, str]) -> Case:
+        return cls(headers, lambda _: (proxied, sent))
+
+
 def measure(
     mock: Target,
     rounds: int,
-    cases: dict[str, tuple[bytes, bytes, dict[str, str]]],
+    cases: dict[str, Case],
     lanes: dict[str, Target],
-    floor: tuple[Target, bytes] | None = None,
+    floor: Target | None,
 ) -> dict[str, Figures]:
     """Per lane (a proxy: this checkout's, the baseline's), per case: (median ms direct, median
-    ms through it, median ms added, its CPU ms a request); ``floor`` (the minimal relay and the
-    body it relays, with no headers) is one more lane, under the name ``FLOOR``, in every case.
+    ms through it, median ms added, its CPU ms a request); ``floor`` (the minimal relay) is one
+    more lane, under the name ``FLOOR``, relaying each round's body as the proxies get it, with
+    no headers, and compared with that body sent direct.
 
-    Each round sends the direct request (the floor's too, when its body is not the case's),
-    then the case's request through every lane, the lanes' order rotating every round, so drift
-    and order fall on all alike and each case compares with the relay measured beside it. What
-    a lane adds is the median of each round's difference to its direct request, not the
-    difference of two medians: a round's requests share the machine's state of the moment. CPU
-    time (each lane's process over the case's rounds) is the steadier figure on a busy machine.
+    Each round sends the direct request(s), then the round's request through every lane, the
+    lanes' order rotating every round, so drift and order fall on all alike and each case
+    compares with the relay measured beside it. What a lane adds is the median of each round's
+    difference to its direct request, not the difference of two medians: a round's requests
+    share the machine's state of the moment. CPU time (each lane's process over the case's
+    rounds) is the steadier figure on a busy machine.
     """
-    targets = dict(lanes) | ({FLOOR: floor[0]} if floor else {})
+    targets = dict(lanes) | ({FLOOR: floor} if floor else {})
     figures: dict[str, Figures] = {name: {} for name in targets}
+    # The direct request each lane is compared with: the provider's body, or the proxies'.
+    against = {name: "sent" for name in lanes} | {FLOOR: "proxied"}
+    warm = max(rounds // 10, 3)  # warm-up rounds (token cache, connections)
     with contextlib.ExitStack() as open_:
         via = {name: open_.enter_context(wire.Connection(t.port)) for name, t in targets.items()}
         direct = open_.enter_context(wire.Connection(mock.port))
-        for case, (proxied, sent, headers) in cases.items():
-            # Each lane's request, and the body of the direct request it is compared with.
-            asks = {
-                name: (request_bytes(t.port, proxied, headers), sent) for name, t in lanes.items()
-            }
-            if floor:
-                asks[FLOOR] = (request_bytes(floor[0].port, floor[1], {}), floor[1])
-            directs = {body: request_bytes(mock.port, body, {}) for _, body in asks.values()}
-            for _ in range(max(rounds // 10, 3)):  # warm up (token cache, connections)
-                for name, (request, _) in asks.items():
-                    via[name].exchange(request)
-                for request in directs.values():
-                    direct.exchange(request)
-            took: dict[object, list[float]] = {key: [] for key in [*asks, *directs]}
-            cpu = {name: targets[name].server.busy_seconds() for name in asks}
-            order = list(asks)
+
+        def round_(case: Case, i: int, took: dict[str, list[float]]) -> None:
+            proxied, sent = case.bodies(i)
+            took["sent"].append(_exchange(direct, request_bytes(mock.port, sent, {})))
+            if floor is not None:
+                took["proxied"].append(
+                    took["sent"][-1]
+                    if proxied == sent
+                    else _exchange(direct, request_bytes(mock.port, proxied, {}))
+                )
+            order = list(targets)
+            turn = i % len(order)
+            for name in order[turn:] + order[:turn]:
+                headers = {} if name == FLOOR else case.headers
+                took[name].append(
+                    _exchange(via[name], request_bytes(targets[name].port, proxied, headers))
+                )
+
+        for case_name, case in cases.items():
+            for i in range(warm):
+                round_(case, i, collections.defaultdict(list))
+            took: dict[str, list[float]] = collections.defaultdict(list)
+            cpu = {name: target.server.busy_seconds() for name, target in targets.items()}
             for i in range(rounds):
-                for body, request in directs.items():
-                    took[body].append(_exchange(direct, request))
-                turn = i % len(order)
-                for name in order[turn:] + order[:turn]:
-                    took[name].append(_exchange(via[name], asks[name][0]))
-            for name, (_, body) in asks.items():
-                used = (targets[name].server.busy_seconds() - cpu[name]) * 1000 / rounds
-                added = median_ms([y - x for x, y in zip(took[body], took[name], strict=True)])
-                figures[name][case] = (median_ms(took[body]), median_ms(took[name]), added, used)
+                round_(case, warm + i, took)
+            for name, target in targets.items():
+                used = (target.server.busy_seconds() - cpu[name]) * 1000 / rounds
+                base = took[against[name]]
+                added = median_ms([y - x for x, y in zip(base, took[name], strict=True)])
+                figures[name][case_name] = (median_ms(base), median_ms(took[name]), added, used)
     return figures
 
 
@@ -414,33 +470,36 @@ def main(argv: list[str] | None = None) -> int:
             wait_ready(mock, KEY)
             wait_ready(proxy, KEY)
             covered, summary = prime(proxy, body)
-            small = compacted_body(body, covered, summary, proxy)
+            kept = compacted_messages(body, covered, summary, proxy)
+            small = wirejson.encode({**body, "messages": kept})
             say(f"checkpoint covers {covered} messages; compacted body {len(small) / 1000:.1f} KB")
+            agent = grown_bodies(body, kept, max(rounds // 10, 3) + rounds)
+            named = {"X-Conversation-Id": CONVERSATION}
             cases = {
-                "no conversation id": (raw, raw, {}),
-                "X-Compaction: off": (
-                    raw,
-                    raw,
-                    {"X-Conversation-Id": CONVERSATION, "X-Compaction": "off"},
-                ),
-                "compacted": (raw, small, {"X-Conversation-Id": CONVERSATION}),
+                "no conversation id": Case.same(raw, raw, {}),
+                "X-Compaction: off": Case.same(raw, raw, named | {"X-Compaction": "off"}),
+                "compacted": Case.same(raw, small, named),
+                GROWING: Case({"X-Conversation-Id": GROWN}, agent.__getitem__),
             }
+            prime(proxy, body, GROWN)
             before = None
             if args.baseline_source is not None:
                 before = start_proxy(tmp, mock.port, args.baseline_source.resolve(), name="before")
                 stops.append(before.server.stop)
                 wait_ready(before, KEY)
-                prime(before, body)  # the same summary: the mock writes it
+                for conversation in (CONVERSATION, GROWN):  # the same summary: the mock writes it
+                    prime(before, body, conversation)
             lanes = {"proxy": proxy} | ({"before": before} if before else {})
-            relay = None
+            floor = None
             if args.floor:
                 floor = start_floor(tmp, mock.port)
                 stops.append(floor.server.stop)
                 wait_ready(floor, KEY)
-                relay = (floor, raw)
             started = time.perf_counter()
             others = OthersShare()
-            measured = measure(mock, rounds, cases, lanes, relay)
+            measured = measure(mock, rounds, cases, lanes, floor)
+            for lane in lanes.values():  # still compacted at the agent's last request
+                applied(lane, agent[-1][0], GROWN)
             say(
                 f"measured in {time.perf_counter() - started:.1f}s ({rounds} rounds a case); "
                 f"other processes used {others.stop():.0%} of the CPUs meanwhile"
