@@ -4,24 +4,31 @@
 Run: .venv/bin/python -m tests.bench.bench_long [--quick] [--source PATH] [--baseline-source PATH]
 [--floor] (``make bench``; about a minute, half with --quick). ``--source`` runs the proxy from
 another checkout; ``--baseline-source`` runs a second checkout in the same run, each round
-sending the same request through both, and prints both (a regression check across commits); ``--floor`` also measures a minimal relay on the same server (tests/bench/relay_floor.py)
-with the body of the first case: what any pass-through served this way adds.
+sending the same request through both, and prints both (a regression check across commits);
+``--floor`` also sends, in every round of every case, the body of the first case through a
+minimal relay on the same server (tests/bench/relay_floor.py): what any pass-through served
+this way adds, measured beside each case (its ``x relay`` column).
 
-Three cases, each as the median of many sequential requests on one keep-alive connection,
+Four cases, each as the median of many sequential requests on one keep-alive connection,
 interleaved with the direct request it is compared with:
 
 - no conversation id: passed through untouched (direct: the same body);
 - ``X-Compaction: off``: passed through untouched (direct: the same body);
 - compacted: a checkpoint is primed first (admin compact), so each request applies it and sends
-  the preamble, the summary and the newest turns (direct: that compacted body).
+  the preamble, the summary and the newest turns (direct: that compacted body);
+- compacted, growing: as an agent sends it, each request the last one's history with one tool
+  round more, in a conversation of its own primed the same way (direct: its compacted body).
+  The same body again is a retry's case; this one is every agent's.
 
-Goals: the first two add <= 0.5 ms, the compacted one <= 1.5 ms. Everything listens on
+Goals: the first two add <= 0.5 ms, the compacted ones <= 1.5 ms. Everything listens on
 127.0.0.1 only, every loop is bounded, and the servers started here are stopped by their pid.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
 import os
 import statistics
@@ -29,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +56,10 @@ MODEL = "bench-small"  # the raw mock answers it at once, summaries included
 KEY = "sk-bench-long"
 ADMIN = "bench-admin-token"
 CONVERSATION = "bench-long-1"
-GOALS_MS = {"no conversation id": 0.5, "X-Compaction: off": 0.5, "compacted": 1.5}
-FLOOR = "floor: minimal relay"  # --floor: tests/bench/relay_floor.py, no conversation id
+GROWN = "bench-long-grown"  # the agent's case: its history one tool round longer each request
+GROWING = "compacted, growing"
+GOALS_MS = {"no conversation id": 0.5, "X-Compaction: off": 0.5, "compacted": 1.5, GROWING: 1.5}
+FLOOR = "floor"  # --floor: the minimal relay of tests/bench/relay_floor.py, no conversation id
 # The proxy's configuration (start_proxy adds its port and the mock's URL).
 LONG = {
     "server": {"host": "127.0.0.1", "access_log": False, "log_level": "warning"},
@@ -164,10 +174,11 @@ def start_floor(tmp: Path, mock_port: int) -> Target:
     return Target("floor", port, server)
 
 
-def prime(proxy: Target, body: dict) -> tuple[int, str]:
-    """Make the checkpoint every compacted request applies: (messages covered, summary)."""
+def prime(proxy: Target, body: dict, conversation: str = CONVERSATION) -> tuple[int, str]:
+    """Make the checkpoint every compacted request of ``conversation`` applies: (messages
+    covered, summary)."""
     response = httpx.post(
-        f"http://127.0.0.1:{proxy.port}/admin/conversations/{CONVERSATION}/compact",
+        f"http://127.0.0.1:{proxy.port}/admin/conversations/{conversation}/compact",
         json=body,
         headers={"Authorization": f"Bearer {ADMIN}", "X-Caller-Authorization": f"Bearer {KEY}"},
         timeout=60,
@@ -179,7 +190,7 @@ def prime(proxy: Target, body: dict) -> tuple[int, str]:
     return checkpoint["covered_messages"], checkpoint["summary"]
 
 
-def compacted_body(body: dict, covered: int, summary: str, proxy: Target) -> bytes:
+def compacted_messages(body: dict, covered: int, summary: str, proxy: Target) -> list[dict]:
     """What the provider receives once the checkpoint applies: planned here with the same code
     and checked against the proxy's own token count."""
     settings = config(LONG, provider="http://127.0.0.1:0", server={"port": 0})
@@ -191,17 +202,49 @@ def compacted_body(body: dict, covered: int, summary: str, proxy: Target) -> byt
         model_info=None,
         prior=PriorSummary(summary, covered, "primed", active=True),
     )
+    sent = applied(proxy, json.dumps(body).encode(), CONVERSATION)
+    if sent["x-compaction-tokens-after"] != str(made.tokens_after):
+        say("note: the local plan differs from the proxy's; the direct body is an approximation")
+    return made.messages
+
+
+def applied(proxy: Target, body: bytes, conversation: str) -> httpx.Headers:
+    """The response headers of ``body`` sent in ``conversation``, whose checkpoint must apply."""
     sent = httpx.post(
         f"http://127.0.0.1:{proxy.port}{CHAT}",
-        content=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {KEY}", "X-Conversation-Id": CONVERSATION},
+        content=body,
+        headers={"Authorization": f"Bearer {KEY}", "X-Conversation-Id": conversation},
         timeout=60,
     )
     if sent.headers.get("x-compaction") != "applied":
         raise SystemExit(f"the primed checkpoint did not apply: {dict(sent.headers)}")
-    if sent.headers["x-compaction-tokens-after"] != str(made.tokens_after):
-        say("note: the local plan differs from the proxy's; the direct body is an approximation")
-    return wirejson.encode({**body, "messages": made.messages})
+    return sent.headers
+
+
+def tool_round(turn: int) -> list[dict]:
+    """What a coding agent appends to its history each request: a tool call and its result."""
+    call = {"id": f"call_g{turn}", "type": "function"}
+    call["function"] = {"name": "read_file", "arguments": json.dumps({"path": f"g{turn}"})}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": f"line {turn}\n" * 40},
+    ]
+
+
+def grown_bodies(body: dict, kept: list[dict], count: int) -> list[tuple[bytes, bytes]]:
+    """``count`` requests of an agent's run past the checkpoint: (the body, the body the provider
+    gets once the checkpoint applies, ``kept`` the messages it keeps of ``body``), each with one
+    tool round more than the last."""
+    bodies, history, added = [], list(body["messages"]), []
+    for turn in range(count):
+        added += tool_round(turn)
+        bodies.append(
+            (
+                json.dumps({**body, "messages": history + added}).encode(),
+                wirejson.encode({**body, "messages": kept + added}),
+            )
+        )
+    return bodies
 
 
 def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float, float]:
@@ -274,12 +317,7 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float, float
         history = list(messages)
         ratios = []
         for turn in range(requests):
-            call = {"id": f"call_g{turn}", "type": "function"}
-            call["function"] = {"name": "read_file", "arguments": json.dumps({"path": f"g{turn}"})}
-            history += [
-                {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": call["id"], "content": f"line {turn}\n" * 40},
-            ]
+            history += tool_round(turn)
             grown = json.dumps({**body, "messages": history}).encode()
 
             started = time.process_time()
@@ -318,85 +356,86 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-def measure(
-    proxy: Target, mock: Target, rounds: int, cases: dict[str, tuple[bytes, bytes, dict[str, str]]]
-) -> dict[str, tuple[float, float, float, float]]:
-    """Per case: (median ms direct, median ms through the proxy, median ms added, proxy CPU ms a
-    request), the requests interleaved in pairs. What the proxy adds is the median of each
-    pair's difference, not the difference of the two medians: a pair's two requests share the
-    machine's state of the moment, so drift (frequency, other processes) cancels out. CPU time
-    is the steadier figure on a shared machine."""
-    results: dict[str, tuple[float, float, float, float]] = {}
-    with wire.Connection(proxy.port) as via, wire.Connection(mock.port) as direct:
-        for name, (proxied, sent, headers) in cases.items():
-            to_proxy = request_bytes(proxy.port, proxied, headers)
-            to_mock = request_bytes(mock.port, sent, {})
-            for _ in range(max(rounds // 10, 3)):  # warm up (token cache, connections)
-                via.exchange(to_proxy)
-                direct.exchange(to_mock)
-            a: list[float] = []
-            b: list[float] = []
-            cpu = proxy.server.cpu_seconds()
-            for _ in range(rounds):
-                reply = direct.exchange(to_mock)
-                assert reply.status == 200, reply.status
-                a.append(reply.elapsed)
-                reply = via.exchange(to_proxy)
-                assert reply.status == 200, reply.status
-                b.append(reply.elapsed)
-            cpu_ms = (proxy.server.cpu_seconds() - cpu) * 1000 / rounds
-            added = median_ms([y - x for x, y in zip(a, b, strict=True)])
-            results[name] = (median_ms(a), median_ms(b), added, cpu_ms)
-    return results
-
-
 Figures = dict[str, tuple[float, float, float, float]]
 
 
-def measure_both(
-    proxy: Target,
-    before: Target,
+@dataclass(frozen=True)
+class Case:
+    """What one case sends: its headers, and for round ``i`` (the warm-up's first) the body the
+    proxies get and the body the provider gets from them (the direct request's)."""
+
+    headers: dict[str, str]
+    bodies: Callable[[int], tuple[bytes, bytes]]
+
+    @classmethod
+    def same(cls, proxied: bytes, sent: bytes, headers: dict[str, str]) -> Case:
+        return cls(headers, lambda _: (proxied, sent))
+
+
+def measure(
     mock: Target,
     rounds: int,
-    cases: dict[str, tuple[bytes, bytes, dict[str, str]]],
-) -> tuple[Figures, Figures]:
-    """``measure`` for this checkout's proxy and the baseline's at once: each round sends the
-    direct request, then the same request through each proxy, their order swapped every round,
-    so drift and order fall on both alike. CPU time is each proxy process's over the same span."""
-    ours: Figures = {}
-    theirs: Figures = {}
-    with (
-        wire.Connection(proxy.port) as via,
-        wire.Connection(before.port) as via_before,
-        wire.Connection(mock.port) as direct,
-    ):
-        for name, (proxied, sent, headers) in cases.items():
-            to_proxy = request_bytes(proxy.port, proxied, headers)
-            to_before = request_bytes(before.port, proxied, headers)
-            to_mock = request_bytes(mock.port, sent, {})
-            for _ in range(max(rounds // 10, 3)):  # warm up (token cache, connections)
-                via.exchange(to_proxy)
-                via_before.exchange(to_before)
-                direct.exchange(to_mock)
-            a: list[float] = []
-            b: list[float] = []
-            c: list[float] = []
-            cpu = proxy.server.cpu_seconds(), before.server.cpu_seconds()
+    cases: dict[str, Case],
+    lanes: dict[str, Target],
+    floor: Target | None,
+) -> dict[str, Figures]:
+    """Per lane (a proxy: this checkout's, the baseline's), per case: (median ms direct, median
+    ms through it, median ms added, its CPU ms a request); ``floor`` (the minimal relay) is one
+    more lane, under the name ``FLOOR``, relaying each round's body as the proxies get it, with
+    no headers, and compared with that body sent direct.
+
+    Each round sends the direct request(s), then the round's request through every lane, the
+    lanes' order rotating every round, so drift and order fall on all alike and each case
+    compares with the relay measured beside it. What a lane adds is the median of each round's
+    difference to its direct request, not the difference of two medians: a round's requests
+    share the machine's state of the moment. CPU time (each lane's process over the case's
+    rounds) is the steadier figure on a busy machine.
+    """
+    targets = dict(lanes) | ({FLOOR: floor} if floor else {})
+    figures: dict[str, Figures] = {name: {} for name in targets}
+    # The direct request each lane is compared with: the provider's body, or the proxies'.
+    against = {name: "sent" for name in lanes} | {FLOOR: "proxied"}
+    warm = max(rounds // 10, 3)  # warm-up rounds (token cache, connections)
+    with contextlib.ExitStack() as open_:
+        via = {name: open_.enter_context(wire.Connection(t.port)) for name, t in targets.items()}
+        direct = open_.enter_context(wire.Connection(mock.port))
+
+        def round_(case: Case, i: int, took: dict[str, list[float]]) -> None:
+            proxied, sent = case.bodies(i)
+            took["sent"].append(_exchange(direct, request_bytes(mock.port, sent, {})))
+            if floor is not None:
+                took["proxied"].append(
+                    took["sent"][-1]
+                    if proxied == sent
+                    else _exchange(direct, request_bytes(mock.port, proxied, {}))
+                )
+            order = list(targets)
+            turn = i % len(order)
+            for name in order[turn:] + order[:turn]:
+                headers = {} if name == FLOOR else case.headers
+                took[name].append(
+                    _exchange(via[name], request_bytes(targets[name].port, proxied, headers))
+                )
+
+        for case_name, case in cases.items():
+            for i in range(warm):
+                round_(case, i, collections.defaultdict(list))
+            took: dict[str, list[float]] = collections.defaultdict(list)
+            cpu = {name: target.server.busy_seconds() for name, target in targets.items()}
             for i in range(rounds):
-                reply = direct.exchange(to_mock)
-                assert reply.status == 200, reply.status
-                a.append(reply.elapsed)
-                pair = [(via, to_proxy, b), (via_before, to_before, c)]
-                for connection, request, samples in pair if i % 2 else reversed(pair):
-                    reply = connection.exchange(request)
-                    assert reply.status == 200, reply.status
-                    samples.append(reply.elapsed)
-            cpu_ms = (proxy.server.cpu_seconds() - cpu[0]) * 1000 / rounds
-            cpu_before_ms = (before.server.cpu_seconds() - cpu[1]) * 1000 / rounds
-            for figures, samples, used in ((ours, b, cpu_ms), (theirs, c, cpu_before_ms)):
-                added = median_ms([y - x for x, y in zip(a, samples, strict=True)])
-                figures[name] = (median_ms(a), median_ms(samples), added, used)
-    return ours, theirs
+                round_(case, warm + i, took)
+            for name, target in targets.items():
+                used = (target.server.busy_seconds() - cpu[name]) * 1000 / rounds
+                base = took[against[name]]
+                added = median_ms([y - x for x, y in zip(base, took[name], strict=True)])
+                figures[name][case_name] = (median_ms(base), median_ms(took[name]), added, used)
+    return figures
+
+
+def _exchange(connection: wire.Connection, request: bytes) -> float:
+    reply = connection.exchange(request)
+    assert reply.status == 200, reply.status
+    return reply.elapsed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,34 +470,36 @@ def main(argv: list[str] | None = None) -> int:
             wait_ready(mock, KEY)
             wait_ready(proxy, KEY)
             covered, summary = prime(proxy, body)
-            small = compacted_body(body, covered, summary, proxy)
+            kept = compacted_messages(body, covered, summary, proxy)
+            small = wirejson.encode({**body, "messages": kept})
             say(f"checkpoint covers {covered} messages; compacted body {len(small) / 1000:.1f} KB")
+            agent = grown_bodies(body, kept, max(rounds // 10, 3) + rounds)
+            named = {"X-Conversation-Id": CONVERSATION}
             cases = {
-                "no conversation id": (raw, raw, {}),
-                "X-Compaction: off": (
-                    raw,
-                    raw,
-                    {"X-Conversation-Id": CONVERSATION, "X-Compaction": "off"},
-                ),
-                "compacted": (raw, small, {"X-Conversation-Id": CONVERSATION}),
+                "no conversation id": Case.same(raw, raw, {}),
+                "X-Compaction: off": Case.same(raw, raw, named | {"X-Compaction": "off"}),
+                "compacted": Case.same(raw, small, named),
+                GROWING: Case({"X-Conversation-Id": GROWN}, agent.__getitem__),
             }
+            prime(proxy, body, GROWN)
             before = None
             if args.baseline_source is not None:
                 before = start_proxy(tmp, mock.port, args.baseline_source.resolve(), name="before")
                 stops.append(before.server.stop)
                 wait_ready(before, KEY)
-                prime(before, body)  # the same summary: the mock writes it
-            started = time.perf_counter()
-            others = OthersShare()
-            if before is None:
-                results = measure(proxy, mock, rounds, cases)
-            else:
-                results, baseline = measure_both(proxy, before, mock, rounds, cases)
+                for conversation in (CONVERSATION, GROWN):  # the same summary: the mock writes it
+                    prime(before, body, conversation)
+            lanes = {"proxy": proxy} | ({"before": before} if before else {})
+            floor = None
             if args.floor:
                 floor = start_floor(tmp, mock.port)
                 stops.append(floor.server.stop)
                 wait_ready(floor, KEY)
-                results |= measure(floor, mock, rounds, {FLOOR: (raw, raw, {})})
+            started = time.perf_counter()
+            others = OthersShare()
+            measured = measure(mock, rounds, cases, lanes, floor)
+            for lane in lanes.values():  # still compacted at the agent's last request
+                applied(lane, agent[-1][0], GROWN)
             say(
                 f"measured in {time.perf_counter() - started:.1f}s ({rounds} rounds a case); "
                 f"other processes used {others.stop():.0%} of the CPUs meanwhile"
@@ -474,34 +515,32 @@ def main(argv: list[str] | None = None) -> int:
         f"{rewrite_ms / parse_ms:.1f}x orjson.loads of the body ({parse_ms:.2f} ms); of a "
         f"history growing by a tool round a request, {growing:.1f}x (median of 60)"
     )
-    print(
-        f"{'case':<22}{'direct ms':>11}{'proxy ms':>11}{'added ms':>11}{'goal ms':>9}"
-        f"{'proxy CPU ms':>14}  verdict"
-    )
+    results, relayed = measured["proxy"], measured.get(FLOOR, {})
+    # The floor relays the first case's body in every case's rounds: each case is compared
+    # with the relay measured beside it (the goals of issue 30: compacted at most 2x its added
+    # time, the two pass-through cases at it).
+    head = f"{'case':<22}{'direct ms':>11}{'proxy ms':>11}{'added ms':>11}{'goal ms':>9}"
+    head += f"{'proxy CPU ms':>14}  verdict"
+    print(head + (f"{'relay ms':>11}{'x relay':>9}{'relay CPU':>11}" if relayed else ""))
     for name, (direct_ms, proxy_ms, added, cpu_ms) in results.items():
-        if name == FLOOR:  # not a goal: the reference for the two streamed cases
-            print(
-                f"{name:<22}{direct_ms:>11.3f}{proxy_ms:>11.3f}{added:>11.3f}{'-':>9}{cpu_ms:>14.2f}"
-            )
-            continue
         ok = added <= GOALS_MS[name]
         failed += not ok
-        verdict = "PASS" if ok else "FAIL"
-        print(
-            f"{name:<22}{direct_ms:>11.3f}{proxy_ms:>11.3f}{added:>11.3f}{GOALS_MS[name]:>9.1f}"
-            f"{cpu_ms:>14.2f}  {verdict}"
-        )
-    if args.baseline_source is not None:
+        line = f"{name:<22}{direct_ms:>11.3f}{proxy_ms:>11.3f}{added:>11.3f}{GOALS_MS[name]:>9.1f}"
+        line += f"{cpu_ms:>14.3f}  {'PASS' if ok else 'FAIL':<7}"
+        if name in relayed:
+            _, _, floor_added, floor_cpu = relayed[name]
+            line += f"{floor_added:>11.3f}{added / floor_added:>8.2f}x{floor_cpu:>11.3f}"
+        print(line)
+    if "before" in measured:
+        baseline = measured["before"]
         print(f"against {args.baseline_source} (before), measured in the same rounds:")
         print(
             f"{'case':<22}{'added ms':>11}{'before ms':>11}{'CPU ms':>9}{'before':>9}{'CPU ratio':>11}"
         )
         for name, (_, _, added, cpu_ms) in results.items():
-            if name == FLOOR:
-                continue
             _, _, was, was_cpu = baseline[name]
             print(
-                f"{name:<22}{added:>11.3f}{was:>11.3f}{cpu_ms:>9.2f}{was_cpu:>9.2f}"
+                f"{name:<22}{added:>11.3f}{was:>11.3f}{cpu_ms:>9.3f}{was_cpu:>9.3f}"
                 f"{cpu_ms / was_cpu:>10.2f}x"
             )
     return 1 if failed else 0

@@ -6,6 +6,7 @@ time so that a reused pid is never mistaken for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -92,6 +93,19 @@ class Server:
             if fields is not None:
                 total += int(fields[11]) + int(fields[12])
         return total / CLK_TCK
+
+    def busy_seconds(self) -> float:
+        """CPU time of the tree's living threads so far, to the nanosecond (the scheduler's own
+        count): finer than ``cpu_seconds``' 10 ms ticks, for a figure per request over a few
+        hundred requests. A thread that ends between two readings is missed: for servers whose
+        threads live as long as they serve."""
+        total = 0
+        for pid in self.tree():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                for task in os.scandir(f"/proc/{pid}/task"):
+                    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                        total += int(Path(task.path, "schedstat").read_text().split()[0])
+        return total / 1e9
 
     def log_tail(self, lines: int = 15) -> str:
         try:
