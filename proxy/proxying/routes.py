@@ -8,7 +8,7 @@ gets back a ``Decision`` (the body to send, headers to add, what to do after the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
@@ -35,7 +35,7 @@ from proxy.proxying.recall.loop import RecallStage
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
 from proxy.proxying.resend import Resend
 from proxy.proxying.targets import AnthropicTarget, Target
-from proxy.server.access_log import Exchange
+from proxy.server.access_log import Exchange, log_exchange
 from proxy.types import HeaderView, Receive, Scope, Send
 from proxy.upstream.base import UpstreamClient
 
@@ -66,16 +66,43 @@ class Resources:
         return self.client
 
 
+App = Callable[[Scope, Receive, Send], Awaitable[None]]  # an ASGI application
+
+
+class CompactedFirst:
+    """The app's ASGI entry: a request for a compacted route (its exact method and path) goes
+    straight to the route; every other request, and the lifespan, to ``app`` (the framework's
+    middleware and router, whose layers cost a measurable share of a proxied request's CPU).
+
+    The routes are raw ASGI and answer every error they expect; one they do not reaches the
+    server, which logs it and answers a plain-text 500 (or ends a response already started),
+    as the framework's error middleware did before it re-raised to the server.
+    """
+
+    def __init__(self, app: App, routes: Mapping[tuple[str, str], App]) -> None:
+        self._app = app
+        self._routes = dict(routes)  # (method, path) -> route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Under a root path the framework's router strips it first: left to it.
+        if scope["type"] == "http" and not scope.get("root_path"):
+            route = self._routes.get((scope["method"], scope["path"]))
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
 class _Route:
-    """A proxied route: records its request in an ``Exchange`` (the access log writes it out)
-    and tells the listeners how it ended, however it ended."""
+    """A proxied route: records its request in an ``Exchange``, and once it has ended, however
+    it ended, tells the listeners and writes the access log's line."""
 
     resources: Resources
     label: str  # the route label of metrics and logs
     operation = ""  # its GenAI operation (``chat``), if an inference: its span is named so
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        exchange = Exchange.begin(scope)
+        exchange = Exchange.begin()
         try:
             if tracing.on:
                 await self._traced(scope, receive, send, exchange)
@@ -92,6 +119,7 @@ class _Route:
                     added_seconds=None if exchange.added_ms is None else exchange.added_ms / 1000,
                 )
             )
+            log_exchange(scope, exchange)
 
     async def _traced(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         """``_serve`` inside the request's span (docs/operations.md, "Traces")."""
