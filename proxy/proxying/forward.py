@@ -20,7 +20,14 @@ from proxy.compaction.decision import Answer, AnswerStage, Decision
 from proxy.errors import ProxyError, UpstreamError
 from proxy.proxying.body import stream_request_body
 from proxy.proxying.headers import replaced
-from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, CancelOnDisconnect, relay, send_error
+from proxy.proxying.relay import (
+    CLIENT_CLOSED,
+    CLOSE,
+    CancelOnDisconnect,
+    NoticeDisconnect,
+    relay,
+    send_error,
+)
 from proxy.proxying.responses import ResponseTail
 from proxy.server.abort import cut_off
 from proxy.server.access_log import Exchange
@@ -68,8 +75,9 @@ class Upstream:
 @dataclass(frozen=True)
 class Downstream:
     """The client's side of one request: its ASGI channels, the ``Exchange`` that records what
-    happened, its body's limit (``has_body``: it sends one), and the route (its label on a
-    response cut off mid-body, its API's shape of our errors)."""
+    happened, its body's limit (``has_body``: it sends one), the route (its label on a
+    response cut off mid-body, its API's shape of our errors), and the watcher of the client
+    that a read body started (``notice``), to carry on with."""
 
     receive: Receive
     send: Send
@@ -78,6 +86,7 @@ class Downstream:
     route: str
     error_body: ErrorBody
     has_body: bool = True
+    notice: NoticeDisconnect | None = None
 
 
 async def forward(request: Upstream, decision: Decision, client: Downstream) -> None:
@@ -95,7 +104,7 @@ async def forward(request: Upstream, decision: Decision, client: Downstream) -> 
     streamed = decision.body is None and client.has_body
     answer: Answer | None = None
     tail: ResponseTail | None = None
-    async with CancelOnDisconnect(receive, watch_now=not streamed) as guard:
+    async with CancelOnDisconnect(receive, watch_now=not streamed, notice=client.notice) as guard:
         body: bytes | AsyncIterator[bytes] | None = decision.body
         if streamed:
             body = stream_request_body(receive, guard, exchange, limit=client.max_body_bytes)

@@ -164,51 +164,56 @@ class CompactedRoute(_Route):
             tracing.annotate({"gen_ai.provider.name": provider})
         limit = res.server.max_body_bytes
         notice = NoticeDisconnect(receive)
-        body = ClientBody(receive, headers, limit=limit, exchange=exchange, after_read=notice.watch)
-        # Only the dialects whose bodies make transcripts are recorded, and only when asked.
-        recording = dialect.records and res.listeners.wants(RequestRead)
         try:
-            url = target.url(scope)
-            incoming = Incoming(
-                headers=headers,
-                body=body,
-                dialect=dialect,
-                credentials=target.caller_credentials(headers),
-                # A body compaction leaves alone streams through unread, unless it is recorded.
-                streamable=declared_within(headers, limit) and not recording,
-                call=Resend(res.upstream_client(), url, target, headers),
-                stages=self.stages,
+            body = ClientBody(
+                receive, headers, limit=limit, exchange=exchange, after_read=notice.watch
             )
+            # Only the dialects whose bodies make transcripts are recorded, and only when asked.
+            recording = dialect.records and res.listeners.wants(RequestRead)
             try:
+                url = target.url(scope)
+                incoming = Incoming(
+                    headers=headers,
+                    body=body,
+                    dialect=dialect,
+                    credentials=target.caller_credentials(headers),
+                    # A body compaction leaves alone streams through unread, unless it is recorded.
+                    streamable=declared_within(headers, limit) and not recording,
+                    call=Resend(res.upstream_client(), url, target, headers),
+                    stages=self.stages,
+                )
                 if recording:
                     res.listeners.emit(RequestRead(headers, await body.read(), dialect))
                 decision = await self._decide(incoming)
-            finally:
-                notice.stop()
-            if notice.gone:  # nothing sent for a client that has left
+                if notice.gone:  # nothing sent for a client that has left
+                    exchange.status = CLIENT_CLOSED
+                    return
+            except ProxyError as error:
+                await send_error(send, error, exchange, body=dialect.error_body(error))
+                return
+            except ConnectionResetError:
                 exchange.status = CLIENT_CLOSED
                 return
-        except ProxyError as error:
-            await send_error(send, error, exchange, body=dialect.error_body(error))
-            return
-        except ConnectionResetError:
-            exchange.status = CLIENT_CLOSED
-            return
-        if decision.reply is not None:  # answered by the proxy itself: nothing goes upstream
-            await send_reply(
-                send, decision.reply, exchange, extra_headers=decision.response_headers
+            if decision.reply is not None:  # answered by the proxy itself: nothing goes upstream
+                await send_reply(
+                    send, decision.reply, exchange, extra_headers=decision.response_headers
+                )
+                return
+            if decision.body is None and body.was_read:
+                # Read already (compaction looked, and sends it as it came): it cannot stream again.
+                decision = replace(decision, body=await body.read())
+            # A body read whole goes out with the length the upstream client gives it.
+            sent_headers = target.headers(headers, drop_content_length=decision.body is not None)
+            await forward(
+                Upstream(res.upstream_client(), "POST", url, sent_headers),
+                decision,
+                Downstream(
+                    receive, send, exchange, limit, dialect.name, dialect.error_body, notice=notice
+                ),
             )
-            return
-        if decision.body is None and body.was_read:
-            # Read already (compaction looked, and sends it as it came): it cannot stream again.
-            decision = replace(decision, body=await body.read())
-        # A body read whole goes out with the length the upstream client gives it.
-        sent_headers = target.headers(headers, drop_content_length=decision.body is not None)
-        await forward(
-            Upstream(res.upstream_client(), "POST", url, sent_headers),
-            decision,
-            Downstream(receive, send, exchange, limit, dialect.name, dialect.error_body),
-        )
+        finally:
+            # The watcher forward took over is stopped there; every other way out, here.
+            notice.stop()
 
 
 class PassThrough(_Route):
