@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from proxy import tracing
 from proxy.compaction import protocol
@@ -109,7 +109,8 @@ async def forward(request: Upstream, decision: Decision, client: Downstream) -> 
         if streamed:
             body = stream_request_body(receive, guard, exchange, limit=client.max_body_bytes)
         if decision.follow_up is not None:
-            request = replace(request, headers=readable_accept_encoding(request.headers))
+            headers = readable_accept_encoding(request.headers)
+            request = Upstream(request.client, request.method, request.url, headers)
         exchange.added_ms = (time.perf_counter() - exchange.arrived) * 1000
         try:
             answer = Answer(await request.send_for(decision, body), decision)
