@@ -28,7 +28,7 @@ from proxy.proxying.relay import (
     relay,
     send_error,
 )
-from proxy.proxying.responses import ResponseTail
+from proxy.proxying.responses import BufferedResponse, ResponseTail
 from proxy.server.abort import cut_off
 from proxy.server.access_log import Exchange
 from proxy.types import RawHeaders, Receive, Send
@@ -124,12 +124,22 @@ async def forward(request: Upstream, decision: Decision, client: Downstream) -> 
         exchange.upstream_ms = (time.perf_counter() - started) * 1000
         exchange.answered = True
         response = answer.response
+        # A body a stage read whole goes out in one message (a send less, a layer less).
+        whole = response.body if isinstance(response, BufferedResponse) else None
         if answer.decision.follow_up is not None and not answer.observed:
             response = tail = ResponseTail(response)
+            if whole is not None:
+                tail.keep_whole(whole)
         if tracing.on:
             tracing.annotate(protocol.span_attributes(answer.decision.response_headers))
         try:
-            await relay(response, send, exchange, extra_headers=answer.decision.response_headers)
+            await relay(
+                response,
+                send,
+                exchange,
+                extra_headers=answer.decision.response_headers,
+                whole=whole,
+            )
         except UpstreamError as error:
             # Headers are out: all that is left is to end the client's connection unfinished.
             exchange.status = cut_off(error, route=client.route)

@@ -187,9 +187,11 @@ async def relay(
     exchange: Exchange,
     *,
     extra_headers: Sequence[tuple[bytes, bytes]] = (),
+    whole: bytes | None = None,
 ) -> None:
     """Send the provider's status, headers and body to the client as they arrive, counting in
-    ``exchange`` what was sent (so a relay cut short is still counted right).
+    ``exchange`` what was sent (so a relay cut short is still counted right). ``whole``: the
+    body, when it was read whole already, sent in one message (not the body, then its end).
 
     An upstream error mid-body propagates: once headers are out the only honest signal left is
     to abort the client's connection.
@@ -198,6 +200,10 @@ async def relay(
     headers.extend(extra_headers)
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     exchange.status, exchange.responded = response.status, True
+    if whole is not None:
+        await send({"type": "http.response.body", "body": whole})
+        exchange.bytes_out += len(whole)
+        return
     async for chunk in response.iter_raw():
         if chunk:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
