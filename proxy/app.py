@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -43,10 +42,9 @@ from proxy.ops.recorder import Recorder
 from proxy.ops.tracing import start as start_tracing
 from proxy.ops.tracing import stop as stop_tracing
 from proxy.ops.tracing import tracer_provider
-from proxy.proxying.routes import CompactedRoute, PassThrough, Resources
+from proxy.proxying.routes import CompactedFirst, CompactedRoute, PassThrough, Resources
 from proxy.proxying.targets import targets
 from proxy.server.abort import quiet_uvicorn
-from proxy.server.access_log import AccessLog
 from proxy.server.not_served import not_served
 from proxy.state.conversations import Store
 from proxy.state.opening import open_store
@@ -89,12 +87,21 @@ def create_app(
         clock=clock,
     )
     proxy.serve(compactor)
-    return Starlette(
-        routes=_routes(settings, proxy, tenancy),
+    routes = _routes(settings, proxy, tenancy)
+    app = Starlette(
+        routes=routes,
         lifespan=proxy.lifespan,
         exception_handlers={HTTPException: not_served},
-        middleware=[Middleware(AccessLog)],
     )
+    # The compacted routes' requests skip the framework's layers (proxy.proxying.routes).
+    compacted = {
+        (method, route.path): route.app
+        for route in routes
+        if isinstance(route, Route) and isinstance(route.app, CompactedRoute)
+        for method in route.methods or ()
+    }
+    app.middleware_stack = CompactedFirst(app.build_middleware_stack(), compacted)
+    return app
 
 
 def _metrics(listeners: Listeners) -> Metrics:

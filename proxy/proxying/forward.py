@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from proxy import tracing
 from proxy.compaction import protocol
@@ -20,8 +20,15 @@ from proxy.compaction.decision import Answer, AnswerStage, Decision
 from proxy.errors import ProxyError, UpstreamError
 from proxy.proxying.body import stream_request_body
 from proxy.proxying.headers import replaced
-from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, CancelOnDisconnect, relay, send_error
-from proxy.proxying.responses import ResponseTail
+from proxy.proxying.relay import (
+    CLIENT_CLOSED,
+    CLOSE,
+    CancelOnDisconnect,
+    NoticeDisconnect,
+    relay,
+    send_error,
+)
+from proxy.proxying.responses import BufferedResponse, ResponseTail
 from proxy.server.abort import cut_off
 from proxy.server.access_log import Exchange
 from proxy.types import RawHeaders, Receive, Send
@@ -68,8 +75,9 @@ class Upstream:
 @dataclass(frozen=True)
 class Downstream:
     """The client's side of one request: its ASGI channels, the ``Exchange`` that records what
-    happened, its body's limit (``has_body``: it sends one), and the route (its label on a
-    response cut off mid-body, its API's shape of our errors)."""
+    happened, its body's limit (``has_body``: it sends one), the route (its label on a
+    response cut off mid-body, its API's shape of our errors), and the watcher of the client
+    that a read body started (``notice``), to carry on with."""
 
     receive: Receive
     send: Send
@@ -78,6 +86,7 @@ class Downstream:
     route: str
     error_body: ErrorBody
     has_body: bool = True
+    notice: NoticeDisconnect | None = None
 
 
 async def forward(request: Upstream, decision: Decision, client: Downstream) -> None:
@@ -95,12 +104,13 @@ async def forward(request: Upstream, decision: Decision, client: Downstream) -> 
     streamed = decision.body is None and client.has_body
     answer: Answer | None = None
     tail: ResponseTail | None = None
-    async with CancelOnDisconnect(receive, watch_now=not streamed) as guard:
+    async with CancelOnDisconnect(receive, watch_now=not streamed, notice=client.notice) as guard:
         body: bytes | AsyncIterator[bytes] | None = decision.body
         if streamed:
             body = stream_request_body(receive, guard, exchange, limit=client.max_body_bytes)
         if decision.follow_up is not None:
-            request = replace(request, headers=readable_accept_encoding(request.headers))
+            headers = readable_accept_encoding(request.headers)
+            request = Upstream(request.client, request.method, request.url, headers)
         exchange.added_ms = (time.perf_counter() - exchange.arrived) * 1000
         try:
             answer = Answer(await request.send_for(decision, body), decision)
@@ -114,12 +124,22 @@ async def forward(request: Upstream, decision: Decision, client: Downstream) -> 
         exchange.upstream_ms = (time.perf_counter() - started) * 1000
         exchange.answered = True
         response = answer.response
+        # A body a stage read whole goes out in one message (a send less, a layer less).
+        whole = response.body if isinstance(response, BufferedResponse) else None
         if answer.decision.follow_up is not None and not answer.observed:
             response = tail = ResponseTail(response)
+            if whole is not None:
+                tail.keep_whole(whole)
         if tracing.on:
             tracing.annotate(protocol.span_attributes(answer.decision.response_headers))
         try:
-            await relay(response, send, exchange, extra_headers=answer.decision.response_headers)
+            await relay(
+                response,
+                send,
+                exchange,
+                extra_headers=answer.decision.response_headers,
+                whole=whole,
+            )
         except UpstreamError as error:
             # Headers are out: all that is left is to end the client's connection unfinished.
             exchange.status = cut_off(error, route=client.route)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from proxy.compaction.protocol import PREFIX
 from proxy.types import RawHeaders
 
@@ -29,15 +31,6 @@ HOP_BY_HOP = frozenset(
 HANDLED_HERE = frozenset({b"expect"})
 
 
-def _connection_named(headers: RawHeaders) -> set[bytes]:
-    """Headers listed in Connection are hop-by-hop too."""
-    named: set[bytes] = set()
-    for name, value in headers:
-        if name.lower() == b"connection":
-            named.update(token.strip().lower() for token in value.split(b",") if token.strip())
-    return named
-
-
 def request_headers_upstream(
     headers: RawHeaders,
     *,
@@ -51,25 +44,57 @@ def request_headers_upstream(
     from the client), the proxy's own headers (X-Conversation-Id, X-Compaction*), and replaces
     Authorization when the proxy holds the provider key. ``own_headers`` are lowercase names.
     """
-    drop = HOP_BY_HOP | HANDLED_HERE | _connection_named(headers) | own_headers | {b"host"}
-    if drop_content_length:
-        drop = drop | {b"content-length"}
-    if api_key is not None:
-        drop = drop | {b"authorization"}
-    out = [
-        (name, value)
-        for name, value in headers
-        if (lower := name.lower()) not in drop and not lower.startswith(_OURS)
-    ]
+    drop = _dropped(own_headers, drop_content_length, api_key is not None)
+    out: RawHeaders = []
+    named: set[bytes] = set()
+    for name, value in headers:
+        lower = name.lower()
+        if lower in drop or lower.startswith(_OURS):
+            if lower == b"connection":
+                named.update(_tokens(value))
+            continue
+        out.append((name, value))
+    named -= drop  # most often only "keep-alive" or "close": nothing more to drop
+    if named:  # a Connection header may name headers sent before it
+        out = [(name, value) for name, value in out if name.lower() not in named]
     if api_key is not None:
         out.append((b"authorization", b"Bearer " + api_key.encode("latin-1")))
     return out
 
 
+@cache
+def _dropped(
+    own_headers: frozenset[bytes], drop_content_length: bool, replace_auth: bool
+) -> frozenset[bytes]:
+    """The names never forwarded upstream but those a Connection header names: the same few
+    sets for every request, so made once (a route's own headers never change)."""
+    drop = HOP_BY_HOP | HANDLED_HERE | own_headers | {b"host"}
+    if drop_content_length:
+        drop |= {b"content-length"}
+    if replace_auth:
+        drop |= {b"authorization"}
+    return drop
+
+
+def _tokens(connection: bytes) -> set[bytes]:
+    return {token.strip().lower() for token in connection.split(b",") if token.strip()}
+
+
 def response_headers_downstream(headers: RawHeaders) -> RawHeaders:
     """The provider's headers as the client should see them: all but hop-by-hop."""
-    drop = HOP_BY_HOP | _connection_named(headers)
-    return [(name.lower(), value) for name, value in headers if name.lower() not in drop]
+    out: RawHeaders = []
+    named: set[bytes] = set()
+    for name, value in headers:
+        lower = name.lower()
+        if lower in HOP_BY_HOP:
+            if lower == b"connection":
+                named.update(_tokens(value))
+            continue
+        out.append((lower, value))
+    named -= HOP_BY_HOP
+    if named:  # a Connection header may name headers sent before it
+        out = [(name, value) for name, value in out if name not in named]
+    return out
 
 
 def replaced(headers: RawHeaders, own: RawHeaders) -> RawHeaders:

@@ -9,7 +9,7 @@ A client that disconnects while its request is being decided on gets nothing sen
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from proxy.errors import ProxyError
@@ -33,12 +33,17 @@ class CancelOnDisconnect:
     """Cancel the current task when the client disconnects; swallow only that cancellation.
 
     Call ``watch()`` once the request body has been read (the watcher and a body reader must
-    not both call ``receive``); entering with ``watch_now=True`` does that at once.
+    not both call ``receive``); entering with ``watch_now=True`` does that at once. ``notice``:
+    the request's ``NoticeDisconnect``, whose watcher, if it has one, is taken over rather than
+    a second one started (a task and its cancellation are a measurable share of a request).
     """
 
-    def __init__(self, receive: Receive, *, watch_now: bool = True) -> None:
+    def __init__(
+        self, receive: Receive, *, watch_now: bool = True, notice: NoticeDisconnect | None = None
+    ) -> None:
         self._receive = receive
         self._watch_now = watch_now
+        self._notice = notice
         self._task: asyncio.Task[object] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.disconnected = False
@@ -52,7 +57,9 @@ class CancelOnDisconnect:
 
     def watch(self) -> None:
         if self._watcher is None:
-            self._watcher = asyncio.create_task(self._wait_for_disconnect())
+            notice = self._notice
+            taken = None if notice is None else notice.hand_over(self.client_gone)
+            self._watcher = taken or asyncio.create_task(self._wait_for_disconnect())
 
     def client_gone(self) -> None:
         """The client went away: abort the forwarding.
@@ -119,6 +126,7 @@ class NoticeDisconnect:
     def __init__(self, receive: Receive) -> None:
         self._receive = receive
         self._watcher: asyncio.Task[None] | None = None
+        self._then: Callable[[], None] | None = None
         self.gone = False
 
     def watch(self) -> None:
@@ -128,9 +136,22 @@ class NoticeDisconnect:
     async def _watch(self) -> None:
         await _disconnected(self._receive)
         self.gone = True
+        if self._then is not None:
+            self._then()
+
+    def hand_over(self, then: Callable[[], None]) -> asyncio.Task[None] | None:
+        """The watcher, for a ``CancelOnDisconnect`` to cancel when it is done, a disconnect from
+        now on also calling ``then``; None when not watching (or gone already: ``gone`` was
+        checked with nothing awaited since, so that cannot be while the request goes on)."""
+        watcher = self._watcher
+        if watcher is None or watcher.done():
+            return None
+        self._then = then
+        return watcher
 
     def stop(self) -> None:
-        """Stop watching (a plain call, not an async context: this is on every request's path)."""
+        """Stop watching (a plain call, not an async context: this is on every request's path).
+        Harmless once handed over: the new owner cancels the same watcher."""
         if self._watcher is not None:
             self._watcher.cancel()
 
@@ -166,9 +187,11 @@ async def relay(
     exchange: Exchange,
     *,
     extra_headers: Sequence[tuple[bytes, bytes]] = (),
+    whole: bytes | None = None,
 ) -> None:
     """Send the provider's status, headers and body to the client as they arrive, counting in
-    ``exchange`` what was sent (so a relay cut short is still counted right).
+    ``exchange`` what was sent (so a relay cut short is still counted right). ``whole``: the
+    body, when it was read whole already, sent in one message (not the body, then its end).
 
     An upstream error mid-body propagates: once headers are out the only honest signal left is
     to abort the client's connection.
@@ -177,6 +200,10 @@ async def relay(
     headers.extend(extra_headers)
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     exchange.status, exchange.responded = response.status, True
+    if whole is not None:
+        await send({"type": "http.response.body", "body": whole})
+        exchange.bytes_out += len(whole)
+        return
     async for chunk in response.iter_raw():
         if chunk:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})

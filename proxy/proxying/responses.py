@@ -19,18 +19,18 @@ HEAD_BYTES = 4096
 
 
 class BufferedResponse:
-    """A response whose (small) body was already read."""
+    """A response whose (small) body was already read (``body``)."""
 
     def __init__(self, status: int, headers: RawHeaders, body: bytes) -> None:
         self.status = status
         self.headers = headers
-        self._body = body
+        self.body = body
 
     async def iter_raw(self) -> AsyncIterator[bytes]:
-        yield self._body
+        yield self.body
 
     async def read(self) -> bytes:
-        return self._body
+        return self.body
 
     async def aclose(self) -> None:
         return None
@@ -104,6 +104,12 @@ class ResponseTail:
             if chunk and self._decoder.readable:
                 self._keep(self._decoder.decode(chunk))
             yield chunk
+
+    def keep_whole(self, body: bytes) -> None:
+        """Keep ``body``, the response's whole body read already, as ``iter_raw`` would have
+        (the relay sends such a body without iterating)."""
+        if body and self._decoder.readable:
+            self._keep(self._decoder.decode(body))
 
     def _keep(self, chunk: bytes) -> None:
         if len(self._head) < HEAD_BYTES:

@@ -8,7 +8,7 @@ gets back a ``Decision`` (the body to send, headers to add, what to do after the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
@@ -35,7 +35,7 @@ from proxy.proxying.recall.loop import RecallStage
 from proxy.proxying.relay import CLIENT_CLOSED, CLOSE, NoticeDisconnect, send_error
 from proxy.proxying.resend import Resend
 from proxy.proxying.targets import AnthropicTarget, Target
-from proxy.server.access_log import Exchange
+from proxy.server.access_log import Exchange, log_exchange
 from proxy.types import HeaderView, Receive, Scope, Send
 from proxy.upstream.base import UpstreamClient
 
@@ -66,16 +66,43 @@ class Resources:
         return self.client
 
 
+App = Callable[[Scope, Receive, Send], Awaitable[None]]  # an ASGI application
+
+
+class CompactedFirst:
+    """The app's ASGI entry: a request for a compacted route (its exact method and path) goes
+    straight to the route; every other request, and the lifespan, to ``app`` (the framework's
+    middleware and router, whose layers cost a measurable share of a proxied request's CPU).
+
+    The routes are raw ASGI and answer every error they expect; one they do not reaches the
+    server, which logs it and answers a plain-text 500 (or ends a response already started),
+    as the framework's error middleware did before it re-raised to the server.
+    """
+
+    def __init__(self, app: App, routes: Mapping[tuple[str, str], App]) -> None:
+        self._app = app
+        self._routes = dict(routes)  # (method, path) -> route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Under a root path the framework's router strips it first: left to it.
+        if scope["type"] == "http" and not scope.get("root_path"):
+            route = self._routes.get((scope["method"], scope["path"]))
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
 class _Route:
-    """A proxied route: records its request in an ``Exchange`` (the access log writes it out)
-    and tells the listeners how it ended, however it ended."""
+    """A proxied route: records its request in an ``Exchange``, and once it has ended, however
+    it ended, tells the listeners and writes the access log's line."""
 
     resources: Resources
     label: str  # the route label of metrics and logs
     operation = ""  # its GenAI operation (``chat``), if an inference: its span is named so
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        exchange = Exchange.begin(scope)
+        exchange = Exchange.begin()
         try:
             if tracing.on:
                 await self._traced(scope, receive, send, exchange)
@@ -92,6 +119,7 @@ class _Route:
                     added_seconds=None if exchange.added_ms is None else exchange.added_ms / 1000,
                 )
             )
+            log_exchange(scope, exchange)
 
     async def _traced(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         """``_serve`` inside the request's span (docs/operations.md, "Traces")."""
@@ -136,51 +164,56 @@ class CompactedRoute(_Route):
             tracing.annotate({"gen_ai.provider.name": provider})
         limit = res.server.max_body_bytes
         notice = NoticeDisconnect(receive)
-        body = ClientBody(receive, headers, limit=limit, exchange=exchange, after_read=notice.watch)
-        # Only the dialects whose bodies make transcripts are recorded, and only when asked.
-        recording = dialect.records and res.listeners.wants(RequestRead)
         try:
-            url = target.url(scope)
-            incoming = Incoming(
-                headers=headers,
-                body=body,
-                dialect=dialect,
-                credentials=target.caller_credentials(headers),
-                # A body compaction leaves alone streams through unread, unless it is recorded.
-                streamable=declared_within(headers, limit) and not recording,
-                call=Resend(res.upstream_client(), url, target, headers),
-                stages=self.stages,
+            body = ClientBody(
+                receive, headers, limit=limit, exchange=exchange, after_read=notice.watch
             )
+            # Only the dialects whose bodies make transcripts are recorded, and only when asked.
+            recording = dialect.records and res.listeners.wants(RequestRead)
             try:
+                url = target.url(scope)
+                incoming = Incoming(
+                    headers=headers,
+                    body=body,
+                    dialect=dialect,
+                    credentials=target.caller_credentials(headers),
+                    # A body compaction leaves alone streams through unread, unless it is recorded.
+                    streamable=declared_within(headers, limit) and not recording,
+                    call=Resend(res.upstream_client(), url, target, headers),
+                    stages=self.stages,
+                )
                 if recording:
                     res.listeners.emit(RequestRead(headers, await body.read(), dialect))
                 decision = await self._decide(incoming)
-            finally:
-                notice.stop()
-            if notice.gone:  # nothing sent for a client that has left
+                if notice.gone:  # nothing sent for a client that has left
+                    exchange.status = CLIENT_CLOSED
+                    return
+            except ProxyError as error:
+                await send_error(send, error, exchange, body=dialect.error_body(error))
+                return
+            except ConnectionResetError:
                 exchange.status = CLIENT_CLOSED
                 return
-        except ProxyError as error:
-            await send_error(send, error, exchange, body=dialect.error_body(error))
-            return
-        except ConnectionResetError:
-            exchange.status = CLIENT_CLOSED
-            return
-        if decision.reply is not None:  # answered by the proxy itself: nothing goes upstream
-            await send_reply(
-                send, decision.reply, exchange, extra_headers=decision.response_headers
+            if decision.reply is not None:  # answered by the proxy itself: nothing goes upstream
+                await send_reply(
+                    send, decision.reply, exchange, extra_headers=decision.response_headers
+                )
+                return
+            if decision.body is None and body.was_read:
+                # Read already (compaction looked, and sends it as it came): it cannot stream again.
+                decision = replace(decision, body=await body.read())
+            # A body read whole goes out with the length the upstream client gives it.
+            sent_headers = target.headers(headers, drop_content_length=decision.body is not None)
+            await forward(
+                Upstream(res.upstream_client(), "POST", url, sent_headers),
+                decision,
+                Downstream(
+                    receive, send, exchange, limit, dialect.name, dialect.error_body, notice=notice
+                ),
             )
-            return
-        if decision.body is None and body.was_read:
-            # Read already (compaction looked, and sends it as it came): it cannot stream again.
-            decision = replace(decision, body=await body.read())
-        # A body read whole goes out with the length the upstream client gives it.
-        sent_headers = target.headers(headers, drop_content_length=decision.body is not None)
-        await forward(
-            Upstream(res.upstream_client(), "POST", url, sent_headers),
-            decision,
-            Downstream(receive, send, exchange, limit, dialect.name, dialect.error_body),
-        )
+        finally:
+            # The watcher forward took over is stopped there; every other way out, here.
+            notice.stop()
 
 
 class PassThrough(_Route):

@@ -1,9 +1,8 @@
 """One structured line per proxied request: never the Authorization header, never message content.
 
-``AccessLog`` is an ASGI middleware around the app. A proxied route records what became of its
-request in an ``Exchange`` it opens in the request's scope (``Exchange.begin``); once the
-request has ended, however it ended, the middleware writes that record out. Requests no route
-recorded (health, metrics, admin, a 404) write no line.
+A proxied route records what became of its request in an ``Exchange`` (``Exchange.begin``) and,
+once the request has ended, however it ended, writes it out (``log_exchange``). Requests no
+route recorded (health, metrics, admin, a 404) write no line.
 """
 
 from __future__ import annotations
@@ -14,13 +13,10 @@ import time
 from dataclasses import dataclass
 
 import orjson
-from starlette.types import ASGIApp
 
-from proxy.types import Receive, Scope, Send
+from proxy.types import Scope
 
 logger = logging.getLogger("proxy.access")
-
-_SCOPE_KEY = "proxy.exchange"  # where a route's Exchange is found in the ASGI scope
 
 
 @dataclass
@@ -48,30 +44,17 @@ class Exchange:
     added_ms: float | None = None
 
     @classmethod
-    def begin(cls, scope: Scope) -> Exchange:
-        """A new record of the request in ``scope``, where the access log finds it."""
-        exchange = scope[_SCOPE_KEY] = cls(arrived=time.perf_counter())
-        return exchange
+    def begin(cls) -> Exchange:
+        """A new record of a request arriving now."""
+        return cls(arrived=time.perf_counter())
 
 
-class AccessLog:
-    """Writes the ``Exchange`` a route recorded as one JSON line on ``proxy.access`` (INFO;
-    ``server.access_log: false`` raises that logger's level and the middleware does nothing)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not logger.isEnabledFor(logging.INFO):
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            exchange: Exchange | None = scope.get(_SCOPE_KEY)
-            if exchange is not None:
-                _write(scope, exchange, total_ms=(time.perf_counter() - started) * 1000)
+def log_exchange(scope: Scope, exchange: Exchange) -> None:
+    """Write ``exchange``, the record of the request in ``scope``, now ended, as one JSON line on
+    ``proxy.access`` (INFO; ``server.access_log: false`` raises that logger's level and nothing
+    is written)."""
+    if logger.isEnabledFor(logging.INFO):
+        _write(scope, exchange, total_ms=(time.perf_counter() - exchange.arrived) * 1000)
 
 
 def _write(scope: Scope, exchange: Exchange, *, total_ms: float) -> None:

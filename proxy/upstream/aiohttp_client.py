@@ -64,6 +64,10 @@ class _WriteDeadline:
     timeout); the body's pieces arm it while aiohttp writes one and disarm it while the next is
     awaited, which on a pass-through is the client's pace, bounded by the server's
     ``body_idle_timeout_seconds``.
+
+    Arming only notes when the piece is due: one timer looks at that when it fires, and
+    re-arms itself for a later due time, where rescheduling the timeout twice a piece cost a
+    streamed body's relay a few microseconds a piece.
     """
 
     def __init__(self, write: float, read: float) -> None:
@@ -71,10 +75,36 @@ class _WriteDeadline:
         self._read = read
         self._loop = asyncio.get_running_loop()
         self.scope: asyncio.Timeout | None = None  # set while the request waits for its answer
+        self._due: float | None = None  # loop time the piece being written must be taken by
+        self._timer: asyncio.TimerHandle | None = None
 
     def _arm(self, seconds: float | None) -> None:
-        if self.scope is not None:  # None once the answer has come: the deadline has left
-            self.scope.reschedule(None if seconds is None else self._loop.time() + seconds)
+        if self.scope is None:  # the answer has come: the deadline has left
+            return
+        if seconds is None:
+            self._due = None
+            return
+        self._due = self._loop.time() + seconds
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._due, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        # None: the answer has come (the deadline has left), or the next piece is awaited (its
+        # arming starts a timer again).
+        if self.scope is None or self._due is None:
+            return
+        now = self._loop.time()
+        if now >= self._due:
+            self.scope.reschedule(now)  # expired: the request ends in a timeout
+        else:
+            self._timer = self._loop.call_at(self._due, self._check)
+
+    def close(self) -> None:
+        self.scope = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def pieces(self, body: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
         # One generator between aiohttp and the body's own: each piece of a streamed body
@@ -116,35 +146,40 @@ class AiohttpUpstream:
             auto_decompress=False,
             trust_env=False,
             cookie_jar=aiohttp.DummyCookieJar(),
+            # Once for the session: given with each request, aiohttp merges the two each time.
+            skip_auto_headers=_SKIP_AUTO_HEADERS,
         )
         return cls(session, write=t.write, read=t.read)
 
     async def send(self, method: str, url: str, headers: RawHeaders, body: Body) -> AiohttpResponse:
         request_headers = CIMultiDict(
-            (k.decode("latin-1"), v.decode("latin-1")) for k, v in headers
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
         )
+        if body is None or (isinstance(body, bytes) and len(body) <= _PIECE):
+            # Handed to the socket whole (see _PIECE): no piece for a write deadline to bound.
+            try:
+                response = await self._session.request(
+                    method, url, headers=request_headers, data=body, allow_redirects=False
+                )
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise _map_error(exc) from exc
+            return AiohttpResponse(response)
         deadline = _WriteDeadline(self._write, self._read)
-        data: Body = body
-        if isinstance(body, bytes) and len(body) > _PIECE:
+        if isinstance(body, bytes):
             # Sent in pieces (aiohttp would also warn about bytes past 1 MiB), with its length.
             request_headers["Content-Length"] = str(len(body))
             data = deadline.pieces(_pieces(body))
-        elif body is not None and not isinstance(body, bytes):
+        else:
             data = deadline.pieces(body)
         try:
             async with asyncio.timeout(None) as deadline.scope:
                 response = await self._session.request(
-                    method,
-                    url,
-                    headers=request_headers,
-                    data=data,
-                    allow_redirects=False,
-                    skip_auto_headers=_SKIP_AUTO_HEADERS,
+                    method, url, headers=request_headers, data=data, allow_redirects=False
                 )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _map_error(exc) from exc
         finally:
-            deadline.scope = None
+            deadline.close()
         return AiohttpResponse(response)
 
     async def aclose(self) -> None:

@@ -133,6 +133,7 @@ def test_hop_by_hop_filtering_both_ways() -> None:
     )
     assert keyed[b"authorization"] == b"Bearer sk-p"
     assert b"Authorization" not in keyed and b"Content-Length" not in keyed
+    assert keyed[b"X-Conversation-Id"] == b"c"  # not one of this call's own headers
 
     back = response_headers_downstream(
         [

@@ -419,10 +419,16 @@ def test_provider_timeout_is_504(mock: MockUpstream, start_proxy, transport: str
     assert response.json()["error"]["code"] == "upstream_timeout"
 
 
-def test_client_disconnect_mid_stream_cancels_upstream(proxy, mock: MockUpstream) -> None:
+@pytest.mark.parametrize("conversation", [None, "leaves"], ids=["unread", "read"])
+def test_client_disconnect_mid_stream_cancels_upstream(
+    proxy, mock: MockUpstream, conversation: str | None
+) -> None:
+    # With a conversation compaction reads the body first (and watches the client meanwhile).
     mock.push(sse_reply(sse_chunks(["a", "b", "c", "d"], pause=0.5)))
+    named = {"x-conversation-id": conversation} if conversation else {}
+    body = {"model": "gpt-4o", "messages": MESSAGES, "stream": True}
     with httpx.stream(
-        "POST", f"{proxy.url}/v1/chat/completions", json={"messages": [], "stream": True}
+        "POST", f"{proxy.url}/v1/chat/completions", json=body, headers=named
     ) as response:
         iterator = response.iter_raw()
         next(iterator)

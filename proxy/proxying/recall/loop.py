@@ -78,7 +78,8 @@ class RecallStage:
             send=resend,
         )
         if not rounds.headers and not rounds.later:
-            return replace(answer, response=rounds.response)
+            # Built as it is (dataclasses.replace looks its fields up on every call).
+            return Answer(rounds.response, decision, answer.observed)
         final = replace(
             decision,
             response_headers=[*decision.response_headers, *rounds.headers],
