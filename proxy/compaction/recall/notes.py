@@ -15,7 +15,7 @@ import base64
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from proxy import wirejson
@@ -99,7 +99,7 @@ def annotate(
         count(text_of(messages[n].get("content"))) - count(text_of(plan.messages[n].get("content")))
         for n in changed
     )
-    return Notes(replace(plan, messages=messages, tokens_after=plan.tokens_after + added), pieces)
+    return Notes(plan.sending(messages, plan.tokens_after + added), pieces)
 
 
 def _name_stubs(

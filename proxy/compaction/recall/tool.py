@@ -11,7 +11,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
@@ -117,7 +117,7 @@ class Recall:
         if pieces:
             self._keep(conv, pieces)
             self._listeners.emit(RecallOffered(len(pieces)))
-        sent = replace(sent, tokens_after=sent.tokens_after + tool)
+        sent = sent.sending(sent.messages, sent.tokens_after + tool)
         return sent, RecallSession(self, conv, shape, pieces, plan=sent)
 
     async def _annotated(
