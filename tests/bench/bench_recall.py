@@ -28,7 +28,7 @@ import time
 
 from proxy import wirejson
 from proxy.compaction.dialect.recall import Answered, ToolCall
-from proxy.compaction.recall.notes import Piece
+from proxy.compaction.recall.covered import Piece
 from proxy.compaction.recall.tool import Recall, RecallSession
 from proxy.config.recall import RecallSettings
 from proxy.core.tokens import TokenCounter

@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 
 from proxy.compaction.recall.answer import matching_lines
-from proxy.compaction.recall.notes import CoveredPieces, annotate
+from proxy.compaction.recall.covered import Covered, CoveredPieces
+from proxy.compaction.recall.notes import annotate
 from proxy.config.recall import RecallSettings
+from proxy.core.carried import CARRY_FROM
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.policy import ClearToolResultsSettings, PolicySettings, TriggerSettings
 from proxy.core.tokens import TokenCounter
@@ -126,3 +128,20 @@ def test_what_a_summary_covers_is_built_once_and_never_stale(counter: TokenCount
     reused += [user("again"), assistant(None, ("c3", "grep", '{"pattern": "other"}'))]
     fresh, kept, labels = both(reused)
     assert fresh == kept and "grep other" in labels and "read_file src/m3.py" not in labels
+
+
+def test_later_messages_checked_once_are_carried_per_entry_never_past_a_reused_id() -> None:
+    """A request that sends the last one's later messages (the same objects) with a round
+    appended has only the round checked, against the entry's own ids: a round that calls one
+    of them again makes the entry unusable, whatever an earlier request or entry found."""
+    remembered = CoveredPieces()
+    remembered.put("a", Covered([], frozenset({"c3"})))
+    remembered.put("b", Covered([], frozenset({"c9"})))
+    later = [user(f"u{i}") for i in range(CARRY_FROM)]
+    assert remembered.get("a", later) is not None and remembered.get("b", later) is not None
+    calls_c9 = [*later, assistant(None, ("c9", "grep", "{}"))]
+    assert remembered.get("a", calls_c9) is not None
+    assert remembered.get("b", calls_c9) is None  # checked clean for "a", not for "b"
+    calls_c3 = [*calls_c9, tool("c9", "x"), assistant(None, ("c3", "grep", "{}"))]
+    assert remembered.get("a", calls_c3) is None
+    assert remembered.get("a", calls_c9) is not None  # the shorter list, checked before

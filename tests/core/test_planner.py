@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -653,3 +654,18 @@ def test_a_batch_of_stubs_after_a_summary_saves_its_threshold_on_what_is_sent(
             for i in sent_stubs
         )
         assert not sent_stubs or saved >= 400, (rounds, sent_stubs, saved)
+
+
+def test_a_plan_sending_other_messages_is_a_replace_of_those_two_fields(
+    counter: TokenCounter,
+) -> None:
+    """``Plan.sending`` copies every field (the private context too) and changes only the two
+    it names; the plan it is made from stays as it was."""
+    history = [system(), *(m for i in range(6) for m in (user(f"q{i}"), assistant(f"a{i}")))]
+    made = run(history, policy(), counter, prior=PriorSummary("S", 5, "ck", active=True))
+    sent = [*made.messages, user("extra")]
+    copy = made.sending(sent, made.tokens_after + 7)
+    expected = replace(made, messages=sent, tokens_after=made.tokens_after + 7)
+    assert vars(copy) == vars(expected) and type(copy) is Plan
+    assert made.messages is not sent and copy.messages is sent
+    assert made.tokens_after + 7 == copy.tokens_after

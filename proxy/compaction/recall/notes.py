@@ -12,16 +12,14 @@ Pure: the plan in, the annotated plan and the pieces out; nothing is stored here
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import re
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from proxy import wirejson
+from proxy.compaction.recall.covered import Covered, CoveredPieces, Piece
 from proxy.config.recall import RecallSettings
 from proxy.core.clearing import CLEARED_STUB
 from proxy.core.facts import FactLookup
@@ -33,18 +31,8 @@ from proxy.types import ChatMessage, ToolCall
 _STUB = re.compile("^" + re.escape(CLEARED_STUB).replace(re.escape("{tokens}"), r"(\d+)") + "$")
 _ARGS_CHARS = 60  # a call's arguments, in brief, in a stub or an index line
 TRUNCATED = "\n[recall truncated: ask again with a query to see a part]"
-_INDEX_MAX_CHARS = 2000  # the index stays short (~500 tokens) whatever index_entries says
 _BLOCK_DEPTH = 8  # content blocks within blocks (a tool_result's) read for their text
 _INDENT = "  "  # a segment's continuation lines: only a message's first line is unindented
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One thing the plan removed: its handle, a one-line label, and its full text."""
-
-    handle: str
-    label: str
-    text: str
 
 
 @dataclass(frozen=True)
@@ -56,68 +44,6 @@ class Notes:
 
 
 Calls = dict[str, tuple[str, str]]  # tool_call_id -> (tool name, arguments in brief)
-
-
-class Covered:
-    """What a summary covers, as pieces, with its index made once per ``index_entries`` and
-    tool name (every request that sends the summary sends the same index)."""
-
-    __slots__ = ("_indexes", "chars", "ids", "pieces")
-
-    def __init__(self, pieces: list[Piece], ids: frozenset[str] = frozenset()) -> None:
-        self.pieces = pieces
-        self.ids = ids  # the call ids its segments looked up
-        self.chars = sum(len(p.text) for p in pieces)
-        self._indexes: dict[tuple[int, str], str] = {}
-
-    def index(self, settings: RecallSettings) -> str:
-        key = (settings.index_entries, settings.tool_name)
-        text = self._indexes.get(key)
-        if text is None:
-            text = self._indexes[key] = _index(self.pieces, settings)
-        return text
-
-
-class CoveredPieces:
-    """What a summary covers, as pieces, remembered across requests: every turn until the next
-    summary sends the same covered messages, whose segments would otherwise be rebuilt and
-    hashed again from the whole transcript each time. Bounded by entries and by characters
-    held; safe to share with worker threads (changes under a lock).
-
-    Keyed by the facts (``proxy.core.facts``) of the messages up to the cut: one facts object
-    stands for one exact message content, so the key is exact, never a hash standing for the
-    messages. A segment also names the calls its messages refer to, looked up by id in the whole
-    list: an entry is used only when no later message has a call of one of those ids."""
-
-    def __init__(self, *, max_entries: int = 256, max_chars: int = 64 << 20) -> None:
-        self.max_entries = max_entries
-        self.max_chars = max_chars
-        self._entries: OrderedDict[Hashable, Covered] = OrderedDict()
-        self._chars = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable, later: list[ChatMessage]) -> Covered | None:
-        found = self._entries.get(key)
-        if found is None:
-            return None
-        if any(str(c.get("id")) in found.ids for m in later for c in _tool_calls(m)):
-            return None
-        with self._lock, contextlib.suppress(KeyError):  # dropped meanwhile: found all the same
-            self._entries.move_to_end(key)  # the key is long: hashed once more, not twice
-        return found
-
-    def put(self, key: Hashable, covered: Covered) -> None:
-        if covered.chars > self.max_chars:
-            return
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._chars -= old.chars
-            self._entries[key] = covered
-            self._chars += covered.chars
-            while len(self._entries) > self.max_entries or self._chars > self.max_chars:
-                _, dropped = self._entries.popitem(last=False)
-                self._chars -= dropped.chars
 
 
 def handle_of(salt: str, kind: str, text: str) -> str:
@@ -153,25 +79,10 @@ def annotate(
         return known[0]
 
     pieces: dict[str, Piece] = {}
-    tools = ("tool", "function")
-    results = (
-        {m.get("tool_call_id"): m for m in source if m.get("role") in tools} if plan.cleared else {}
-    )
-    cleared_ids = {source[i].get("tool_call_id") for i in plan.cleared}
     messages = list(plan.messages)
-    for n, message in enumerate(messages):
-        content = message.get("content")
-        found = _STUB.match(content) if isinstance(content, str) else None
-        if found is None or message.get("role") not in ("tool", "function"):
-            continue
-        if message.get("tool_call_id") not in cleared_ids:
-            continue
-        original = results.get(message.get("tool_call_id"))
-        if original is None:
-            continue
-        piece = _tool_piece(salt, original, calls())
-        pieces[piece.handle] = piece
-        messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
+    changed: list[int] = []  # where ``messages`` differs from the plan's
+    if plan.cleared:  # only then may a message be a stub of the core's
+        _name_stubs(plan, salt, calls, messages, changed, pieces)
     if plan.summary_text is not None:
         covered = _covered(salt, plan, settings, calls, covered_pieces, facts)
         for piece in covered.pieces:
@@ -181,14 +92,44 @@ def annotate(
             index = covered.index(settings)
             head = text_of(messages[at].get("content"))[: -len(CLOSE_TAG)].rstrip("\n")
             messages[at] = {**messages[at], "content": f"{head}\n\n{index}\n{CLOSE_TAG}"}
+            changed.append(at)
     if not pieces:
         return Notes(plan, {})
     added = sum(
-        count(text_of(new.get("content"))) - count(text_of(old.get("content")))
-        for old, new in zip(plan.messages, messages, strict=True)
-        if old is not new
+        count(text_of(messages[n].get("content"))) - count(text_of(plan.messages[n].get("content")))
+        for n in changed
     )
-    return Notes(replace(plan, messages=messages, tokens_after=plan.tokens_after + added), pieces)
+    return Notes(plan.sending(messages, plan.tokens_after + added), pieces)
+
+
+def _name_stubs(
+    plan: Plan,
+    salt: str,
+    calls: Callable[[], Calls],
+    messages: list[ChatMessage],
+    changed: list[int],
+    pieces: dict[str, Piece],
+) -> None:
+    """Each stub of a result the plan cleared made to name its handle (in ``messages``, its
+    position added to ``changed``), its original added to ``pieces``."""
+    source = plan.source
+    tools = ("tool", "function")
+    results = {m.get("tool_call_id"): m for m in source if m.get("role") in tools}
+    cleared_ids = {source[i].get("tool_call_id") for i in plan.cleared}
+    for n, message in enumerate(messages):
+        content = message.get("content")
+        found = _STUB.match(content) if isinstance(content, str) else None
+        if found is None or message.get("role") not in tools:
+            continue
+        if message.get("tool_call_id") not in cleared_ids:
+            continue
+        original = results.get(message.get("tool_call_id"))
+        if original is None:
+            continue
+        piece = _tool_piece(salt, original, calls())
+        pieces[piece.handle] = piece
+        messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
+        changed.append(n)
 
 
 def _stub_text(piece: Piece, tokens: int) -> str:
@@ -372,19 +313,3 @@ def _summary_at(messages: list[ChatMessage]) -> int | None:
         ):
             return n
     return None
-
-
-def _index(pieces: list[Piece], settings: RecallSettings) -> str:
-    """The newest ``index_entries`` pieces, one line each, within ``_INDEX_MAX_CHARS``."""
-    head = f"Recall index (the {settings.tool_name} tool returns any of these verbatim):"
-    lines: list[str] = []
-    size = len(head)
-    for piece in reversed(pieces[-settings.index_entries :] if settings.index_entries else []):
-        line = escape_tags(f"- {piece.handle}: {piece.label}, {len(piece.text):,} chars")
-        if size + len(line) + 1 > _INDEX_MAX_CHARS:
-            break
-        lines.append(line)
-        size += len(line) + 1
-    left = len(pieces) - len(lines)
-    tail = [f"- ({left} older entries not listed)"] if left else []
-    return "\n".join([head, *reversed(lines), *tail])

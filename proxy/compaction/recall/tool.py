@@ -1,10 +1,9 @@
 """The recall tool, compaction's side (docs/recall.md): which requests get it, the
 originals their plan refers to (kept in the store, fire-and-forget), and the answer to one call.
 
-``Recall.prepare`` annotates a plan (``notes``) and, when the plan refers to originals
-and the request may have the tool, returns a ``RecallSession`` the decision carries to the
-forwarder, whose loop (``proxy/proxying/recall/loop.py``) answers the model's calls with it.
-"""
+``Recall.prepare`` annotates a plan (``notes``) and, when the plan refers to originals and the
+request may have the tool, returns a ``RecallSession`` the decision carries to the forwarder,
+whose loop (``proxy/proxying/recall/loop.py``) answers the model's calls with it."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
@@ -23,13 +22,14 @@ from proxy.compaction.money.pending import PendingWrites
 from proxy.compaction.money.spending import Spending, read_usage
 from proxy.compaction.offload import work
 from proxy.compaction.recall.answer import quoted
+from proxy.compaction.recall.covered import CoveredPieces, Piece
 from proxy.compaction.recall.events import (
     OriginalsKept,
     RecallAnswered,
     RecallOffered,
     RecallRounds,
 )
-from proxy.compaction.recall.notes import CoveredPieces, Notes, Piece, annotate
+from proxy.compaction.recall.notes import Notes, annotate
 from proxy.config.recall import RecallSettings
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
@@ -117,7 +117,7 @@ class Recall:
         if pieces:
             self._keep(conv, pieces)
             self._listeners.emit(RecallOffered(len(pieces)))
-        sent = replace(sent, tokens_after=sent.tokens_after + tool)
+        sent = sent.sending(sent.messages, sent.tokens_after + tool)
         return sent, RecallSession(self, conv, shape, pieces, plan=sent)
 
     async def _annotated(
