@@ -248,7 +248,7 @@ class RequestFacts(_Lookups):
         # A private copy of the longest list looked at (a caller may change its list), its facts.
         self._longest: tuple[list[Any], list[Facts]] | None = None
         # Messages carried in, with their facts: ``_seen`` takes them only when a long list asks.
-        self._carried: tuple[Sequence[Any], list[Facts]] | None = None
+        self._carried: tuple[list[Any], list[Facts], int] | None = None  # the first of longest
 
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         """As ``FactCache.scan``; a message seen through this view costs a lookup by identity,
@@ -264,7 +264,8 @@ class RequestFacts(_Lookups):
             return longest[1][:count]
         carried = self._carried  # a short list (a summary's head) is looked up by key instead
         if carried is not None and count > _CARRIED_BY_KEY:
-            _adopt(*carried, self.cache._clock, seen, self._held)
+            held, facts, carried_count = carried
+            _adopt(held[:carried_count], facts[:carried_count], self.cache._clock, seen, self._held)
             self._carried = carried = None
         if not self._held and carried is None and count > _ANCHOR:
             found = self.cache._follow(messages, seen, self._held)
@@ -281,8 +282,9 @@ class RequestFacts(_Lookups):
         for facts in known:  # used now, as a lookup would stamp them
             facts.used = self.cache._clock
         found = [*known, *self.cache._lookup(messages[count:], seen, self._held)]
-        self._carried = (messages[:count], found[:count])  # the caller may change ``known``
-        self._longest = (list(messages), found[:])
+        held = list(messages)  # private copies: the caller may change its lists
+        self._longest = (held, found[:])
+        self._carried = (held, self._longest[1], count)  # read before ``_longest`` changes
         return found
 
     def close(self) -> None:
