@@ -59,6 +59,14 @@ class ParsedBody:
     # validation; it starts with those of the taken items, which are the same objects, unchanged
     # (nothing changes a parsed body), so they need not be looked up again.
     facts: list[Any] = field(default_factory=list)
+    # (final_prompt, n): its first n items hold no summary of this proxy's a client echoed back,
+    # as ``strip_agent_summaries`` recognises them with that policy's frame (empty: unknown).
+    plain: list[tuple[str | None, int]] = field(default_factory=list)
+
+    def plain_for(self, final_prompt: str | None) -> int:
+        """How many first items are known to hold no echoed summary, seen with ``final_prompt``."""
+        known = self.plain[:1]
+        return known[0][1] if known and known[0][0] == final_prompt else 0
 
 
 def parse_body(raw: bytes, field: str, last: ParsedBody | None = None) -> ParsedBody:
@@ -135,9 +143,9 @@ def _parse_after(
         if last.ends is not None:
             more = _item_ends(raw, at, new)
             ends = None if more is None else [*last.ends[:taken], *more]
-    kept = last.translated[:taken]
+    kept, plain = last.translated[:taken], [(p, min(n, taken)) for p, n in last.plain[:1]]
     return ParsedBody(
-        others, items, raw, end, last.start, taken, ends, close, kept, last.facts[:taken]
+        others, items, raw, end, last.start, taken, ends, close, kept, last.facts[:taken], plain
     )
 
 
