@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterator, Sequence
 from operator import attrgetter, is_
 from typing import Any, NamedTuple
@@ -98,6 +98,9 @@ class FactCache(_Lookups):
         # The facts of a history's first two messages -> the last history that began with them.
         self._histories: OrderedDict[tuple[Facts, Facts], _History] = OrderedDict()
         self._history_chars = 0
+        # The facts carried lately (``RequestFacts.carry``) with the clock they were carried at:
+        # stamped as used when the cache is trimmed, not each time (a pass over a long history).
+        self._carried: deque[tuple[int, list[Facts]]] = deque(maxlen=max_histories)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -161,7 +164,9 @@ class FactCache(_Lookups):
             followed = last.copies[start:end]
             if end > start and None not in followed and messages[start:end] == followed:
                 found = last.facts[start:end]
-                _adopt(messages[start:end], found, clock, seen, held)
+                for facts in found:
+                    facts.used = clock
+                _adopt(messages[start:end], found, seen, held)
                 out.extend(found)
                 start = end
             while start < end:
@@ -221,6 +226,10 @@ class FactCache(_Lookups):
 
     def _trim(self) -> None:
         """Drop the least recently used down to ``_EVICT_TO`` of both bounds (sorted once a batch)."""
+        for clock, carried in tuple(self._carried):  # a copy: other threads carry meanwhile
+            for facts in carried:
+                if facts.used < clock:
+                    facts.used = clock
         entries = self._entries
         by_age = sorted(entries.items(), key=lambda item: item[1].used)
         keep_entries = int(self.max_entries * _EVICT_TO)
@@ -265,7 +274,7 @@ class RequestFacts(_Lookups):
         carried = self._carried  # a short list (a summary's head) is looked up by key instead
         if carried is not None and count > _CARRIED_BY_KEY:
             held, facts, carried_count = carried
-            _adopt(held[:carried_count], facts[:carried_count], self.cache._clock, seen, self._held)
+            _adopt(held[:carried_count], facts[:carried_count], seen, self._held)
             self._carried = carried = None
         if not self._held and carried is None and count > _ANCHOR:
             found = self.cache._follow(messages, seen, self._held)
@@ -279,9 +288,9 @@ class RequestFacts(_Lookups):
         seen, count = self._seen, len(known)
         if seen is None or self._held or self._carried or not 0 < count <= len(messages):
             return self.scan(messages)  # closed, or looked at already: the usual way
-        for facts in known:  # used now, as a lookup would stamp them
-            facts.used = self.cache._clock
-        found = [*known, *self.cache._lookup(messages[count:], seen, self._held)]
+        cache = self.cache
+        cache._carried.append((cache._clock, known))  # used now, as a lookup would stamp them
+        found = [*known, *cache._lookup(messages[count:], seen, self._held)]
         held = list(messages)  # private copies: the caller may change its lists
         self._longest = (held, found[:])
         self._carried = (held, self._longest[1], count)  # read before ``_longest`` changes
@@ -305,11 +314,9 @@ class _History(NamedTuple):
 
 
 def _adopt(
-    messages: Sequence[Any], found: list[Facts], clock: int, seen: dict[int, Facts], held: list[Any]
+    messages: Sequence[Any], found: list[Facts], seen: dict[int, Facts], held: list[Any]
 ) -> None:
     """``messages`` (objects unchanged since they were looked up) take ``found``, their facts."""
-    for facts in found:
-        facts.used = clock
     seen.update(zip(map(id, messages), found, strict=True))
     held.extend(messages)
 
