@@ -55,7 +55,7 @@ def validate_messages(
             _validate_message(index, message)
         return cast("list[ChatMessage]", raw)
     # The known ones passed this check when they were scanned: only the new are looked at.
-    first = len(known) if known else 0
+    first = len(known) if known and len(known) <= len(raw) else 0
     found = cache.carry(raw, known) if known else cache.scan(raw)
     for index in range(first, len(found)):
         checked = found[index]
