@@ -82,8 +82,8 @@ class Conversations:
         dialect: Translator | None = None,
         facts: FactLookup | None = None,
     ) -> Conversation:
-        """The conversation of a parsed request (strips incoming summaries: a pass over every
-        message, run off the event loop for a heavy request)."""
+        """The conversation of a parsed request (strips incoming summaries: a pass over the
+        messages not known to hold none, run off the event loop for a heavy request)."""
         model = body.get("model") or ""
         return Conversation(
             tenant=tenant,
@@ -94,9 +94,7 @@ class Conversations:
             model=model,
             model_info=self._models.info(model),
             credentials=credentials,
-            messages=strip_agent_summaries(
-                neutral.messages, final_prompt=policy.summarizer.final_prompt
-            ),
+            messages=_stripped(neutral, policy.summarizer.final_prompt),
             body=body,
             raw=raw,
             heavy=heavy,
@@ -109,3 +107,16 @@ class Conversations:
                 else ""
             ),
         )
+
+
+def _stripped(neutral: Neutral, final_prompt: str | None) -> list[ChatMessage]:
+    """The messages without the summaries a client echoed back; those the last body was found
+    not to hold are not looked at again, and a body found to hold none says so to the next."""
+    messages, parsed = neutral.messages, neutral.parsed
+    if parsed is None:
+        return strip_agent_summaries(messages, final_prompt=final_prompt)
+    checked = parsed.plain_for(final_prompt)
+    clean = strip_agent_summaries(messages, final_prompt=final_prompt, checked=checked)
+    if clean is messages:
+        parsed.plain[:] = [(final_prompt, len(messages))]
+    return clean

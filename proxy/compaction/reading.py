@@ -110,14 +110,14 @@ class LastBodies:
         with self._lock:
             old = self._bodies.pop(key, None)
             if old is not None:
-                self._bytes -= len(old.head)
-            if not parsed.head or len(parsed.head) > self.max_bytes:
+                self._bytes -= len(old.raw)
+            if not parsed.end or len(parsed.raw) > self.max_bytes:
                 return
             self._bodies[key] = parsed
-            self._bytes += len(parsed.head)
+            self._bytes += len(parsed.raw)
             while len(self._bodies) > self.max_bodies or self._bytes > self.max_bytes:
                 _, dropped = self._bodies.popitem(last=False)
-                self._bytes -= len(dropped.head)
+                self._bytes -= len(dropped.raw)
 
 
 @dataclass(frozen=True, slots=True)

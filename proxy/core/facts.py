@@ -2,12 +2,8 @@
 token count per encoding and its chain digest (one dict lookup on a later turn, not a
 validation, a tokenization and a SHA-256 of its text).
 
-The key is exact, never a hash standing for the message: the common shapes (``{role, content}``,
-a tool result, an assistant turn of function calls, all of them strings) are keyed by the tuple
-of their strings, anything else by its canonical JSON bytes, so two messages that differ in
-anything validated, counted or hashed never share an entry, and no collision can give one history
-another's digest (the checkpoint chain's promise, ``proxy.core.checkpoints``). The price is
-memory: the cache holds the text of the messages it knows, bounded by entries and characters.
+The key is exact, never a hash standing for the message (``proxy.core.message_keys``). The price
+is memory: the cache holds the text of the messages it knows, bounded by entries and characters.
 
 Within one request the same message objects are looked at several times (validation, the chain,
 the planner's counts): a ``RequestFacts`` (``FactCache.request()``) remembers them by identity,
@@ -26,22 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterator, Sequence
 from operator import attrgetter, is_
 from typing import Any, NamedTuple
 
-from proxy import wirejson
-from proxy.core.digests import DIALECT_FIELD, message_digest
+from proxy.core.digests import message_digest
+from proxy.core.message_keys import key_size, message_key, private_copy
 from proxy.types import MessageView
 
-_PLAIN = frozenset({"role", "content", "name", "tool_call_id"})
-_WITH_CALLS = frozenset({"role", "content", "tool_calls"})
-_CALL = frozenset({"id", "type", "function"})
-_FUNCTION = frozenset({"name", "arguments"})
-# Tags start the keys of the other shapes; a plain key has four items, so none can meet another.
-_CALLS_TAG = "\x00calls"
-_OTHER_TAG = "\x00json"
 _EVICT_TO = 0.75  # share of the bounds kept when the cache is trimmed
 _ANCHOR = 2  # the messages that name a history to follow (keyed as any other)
 # A history is followed (copied, then compared next time) only past either bound, counted after
@@ -109,6 +98,9 @@ class FactCache(_Lookups):
         # The facts of a history's first two messages -> the last history that began with them.
         self._histories: OrderedDict[tuple[Facts, Facts], _History] = OrderedDict()
         self._history_chars = 0
+        # The facts carried lately (``RequestFacts.carry``) with the clock they were carried at:
+        # stamped as used when the cache is trimmed, not each time (a pass over a long history).
+        self._carried: deque[tuple[int, list[Facts]]] = deque(maxlen=max_histories)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -144,7 +136,7 @@ class FactCache(_Lookups):
                 if facts is not None:
                     out.append(facts)
                     continue
-            key = _key(message)
+            key = message_key(message)
             facts = entries.get(key) or self._add(key)
             facts.used = clock
             if seen is not None and held is not None:
@@ -172,7 +164,9 @@ class FactCache(_Lookups):
             followed = last.copies[start:end]
             if end > start and None not in followed and messages[start:end] == followed:
                 found = last.facts[start:end]
-                _adopt(messages[start:end], found, clock, seen, held)
+                for facts in found:
+                    facts.used = clock
+                _adopt(messages[start:end], found, seen, held)
                 out.extend(found)
                 start = end
             while start < end:
@@ -189,7 +183,7 @@ class FactCache(_Lookups):
         entries = self._entries
         keys = []
         for message in messages[start:]:
-            key = _key(message)
+            key = message_key(message)
             facts = seen.get(id(message)) or entries.get(key) or self._add(key)
             facts.used = clock
             seen[id(message)] = facts
@@ -201,7 +195,7 @@ class FactCache(_Lookups):
             len(messages) - _ANCHOR >= _FOLLOW_MESSAGES
             or chars - out[0].size - out[1].size >= _FOLLOW_CHARS
         ):
-            copies += map(_copy, messages[start:], keys)
+            copies += map(private_copy, messages[start:], keys)
             self._remember(anchor, _History(copies, out, chars))
         return out
 
@@ -220,7 +214,7 @@ class FactCache(_Lookups):
                 self._history_chars -= dropped.chars
 
     def _add(self, key: Hashable) -> Facts:
-        facts = Facts(_size(key))
+        facts = Facts(key_size(key))
         with self._lock:
             known = self._entries.setdefault(key, facts)
             if known is not facts:  # added meanwhile by another thread
@@ -232,6 +226,10 @@ class FactCache(_Lookups):
 
     def _trim(self) -> None:
         """Drop the least recently used down to ``_EVICT_TO`` of both bounds (sorted once a batch)."""
+        for clock, carried in tuple(self._carried):  # a copy: other threads carry meanwhile
+            for facts in carried:
+                if facts.used < clock:
+                    facts.used = clock
         entries = self._entries
         by_age = sorted(entries.items(), key=lambda item: item[1].used)
         keep_entries = int(self.max_entries * _EVICT_TO)
@@ -259,7 +257,7 @@ class RequestFacts(_Lookups):
         # A private copy of the longest list looked at (a caller may change its list), its facts.
         self._longest: tuple[list[Any], list[Facts]] | None = None
         # Messages carried in, with their facts: ``_seen`` takes them only when a long list asks.
-        self._carried: tuple[Sequence[Any], list[Facts]] | None = None
+        self._carried: tuple[list[Any], list[Facts], int] | None = None  # the first of longest
 
     def scan(self, messages: Sequence[Any]) -> list[Facts]:
         """As ``FactCache.scan``; a message seen through this view costs a lookup by identity,
@@ -275,7 +273,8 @@ class RequestFacts(_Lookups):
             return longest[1][:count]
         carried = self._carried  # a short list (a summary's head) is looked up by key instead
         if carried is not None and count > _CARRIED_BY_KEY:
-            _adopt(*carried, self.cache._clock, seen, self._held)
+            held, facts, carried_count = carried
+            _adopt(held[:carried_count], facts[:carried_count], seen, self._held)
             self._carried = carried = None
         if not self._held and carried is None and count > _ANCHOR:
             found = self.cache._follow(messages, seen, self._held)
@@ -289,11 +288,12 @@ class RequestFacts(_Lookups):
         seen, count = self._seen, len(known)
         if seen is None or self._held or self._carried or not 0 < count <= len(messages):
             return self.scan(messages)  # closed, or looked at already: the usual way
-        for facts in known:  # used now, as a lookup would stamp them
-            facts.used = self.cache._clock
-        found = [*known, *self.cache._lookup(messages[count:], seen, self._held)]
-        self._carried = (messages[:count], found[:count])  # the caller may change ``known``
-        self._longest = (list(messages), found[:])
+        cache = self.cache
+        cache._carried.append((cache._clock, known))  # used now, as a lookup would stamp them
+        found = [*known, *cache._lookup(messages[count:], seen, self._held)]
+        held = list(messages)  # private copies: the caller may change its lists
+        self._longest = (held, found[:])
+        self._carried = (held, self._longest[1], count)  # read before ``_longest`` changes
         return found
 
     def close(self) -> None:
@@ -314,87 +314,12 @@ class _History(NamedTuple):
 
 
 def _adopt(
-    messages: Sequence[Any], found: list[Facts], clock: int, seen: dict[int, Facts], held: list[Any]
+    messages: Sequence[Any], found: list[Facts], seen: dict[int, Facts], held: list[Any]
 ) -> None:
     """``messages`` (objects unchanged since they were looked up) take ``found``, their facts."""
-    for facts in found:
-        facts.used = clock
     seen.update(zip(map(id, messages), found, strict=True))
     held.extend(messages)
 
 
-def _copy(message: Any, key: Hashable) -> Any:
-    """A copy of ``message`` that nothing else holds when ``key`` is one of the fast shapes (a
-    later change to the message cannot reach it), else None: never compared."""
-    if type(key) is not tuple or len(key) == 2:  # (_OTHER_TAG, canonical JSON)
-        return None
-    if len(key) != 4:  # (_CALLS_TAG, role, content, *calls): a plain key has four items
-        calls = [{**call, "function": dict(call["function"])} for call in message["tool_calls"]]
-        return {**message, "tool_calls": calls}
-    return dict(message)
-
-
 # What the chain, validation and counting accept: the shared cache, or a request's view of it.
 FactLookup = FactCache | RequestFacts
-
-
-def _size(key: Hashable) -> int:
-    if isinstance(key, tuple):
-        return sum(len(part) for part in key if isinstance(part, str | bytes))
-    return 0
-
-
-def _key(message: Any) -> Hashable:
-    """An exact key of everything validated, counted or hashed in ``message``.
-
-    In the fast shapes None stands only for an absent field (or a null ``content``, which
-    validation, counting and the chain treat as an absent one); a field of any other type or a
-    null one sends the message to the canonical JSON key, which tells every JSON value apart
-    (``1``, ``1.0``, ``true``). An adapter's private fields (``_wire``) stay out of the key (they
-    are neither validated, counted nor hashed), except the hashed ``_hash``."""
-    if type(message) is not dict:
-        return (_OTHER_TAG, wirejson.canonical(message))
-    get = message.get
-    content, role = get("content"), get("role")
-    if (content is None or type(content) is str) and type(role) is str:
-        keys = message.keys()
-        if keys <= _PLAIN:
-            name, call_id = get("name"), get("tool_call_id")
-            if (
-                (name is None or type(name) is str)
-                and (call_id is None or type(call_id) is str)
-                and len(message)
-                == 1 + ("content" in message) + (name is not None) + (call_id is not None)
-            ):
-                return (role, content, name, call_id)
-        elif keys <= _WITH_CALLS:
-            key = _calls_key(role, content, get("tool_calls"))
-            if key is not None:
-                return key
-    fields = {k: v for k, v in message.items() if k[:1] != "_" or k == DIALECT_FIELD}
-    return (_OTHER_TAG, wirejson.canonical(fields))
-
-
-def _calls_key(role: str, content: str | None, calls: object) -> tuple[str | None, ...] | None:
-    """The key of ``{role, content, tool_calls}`` when every call is ``{id, type?, function:
-    {name, arguments}}`` of strings; else None."""
-    if type(calls) is not list:
-        return None
-    key: list[str | None] = [_CALLS_TAG, role, content]
-    for call in calls:
-        if type(call) is not dict or not call.keys() <= _CALL:
-            return None
-        function = call.get("function")
-        if type(function) is not dict or len(function) != 2 or not function.keys() <= _FUNCTION:
-            return None
-        call_id, kind = call.get("id"), call.get("type")
-        name, arguments = function.get("name"), function.get("arguments")
-        if not (
-            type(call_id) is str
-            and type(name) is str
-            and type(arguments) is str
-            and (type(kind) is str if len(call) == 3 else kind is None and len(call) == 2)
-        ):
-            return None
-        key += (call_id, kind, name, arguments)
-    return tuple(key)

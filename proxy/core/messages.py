@@ -54,8 +54,11 @@ def validate_messages(
         for index, message in enumerate(raw):
             _validate_message(index, message)
         return cast("list[ChatMessage]", raw)
-    found = cache.scan(raw) if not known else cache.carry(raw, known)
-    for index, checked in enumerate(found):
+    # The known ones passed this check when they were scanned: only the new are looked at.
+    first = len(known) if known and len(known) <= len(raw) else 0
+    found = cache.carry(raw, known) if known else cache.scan(raw)
+    for index in range(first, len(found)):
+        checked = found[index]
         if not checked.valid:
             _validate_message(index, raw[index])
             checked.valid = True

@@ -1,10 +1,12 @@
 """A conversation's body sent again, parsed only past the history the last one held.
 
 Most requests of a conversation send its history again with turns appended, and parsing a
-long history is most of what a compacted request costs. The bytes of the last body up to the
-end of its history's items are kept with the items as parsed: a body that begins with the same
-bytes holds the same items first (JSON is read the same way twice), so they are taken (the same
-objects) and only what follows is parsed. A client that changes its newest items (Claude Code
+long history is most of what a compacted request costs. The last body's bytes are kept with
+its history's items as parsed: a body that begins with the same bytes up to the end of those
+items holds the same items first (JSON is read the same way twice), so they are taken (the same
+objects) and only what follows is parsed; when it also ends with the bytes that followed the
+history last time (an agent's tools and settings, sent again), its other fields are taken too,
+and only the new items are parsed. A client that changes its newest items (Claude Code
 moves its ``cache_control`` mark to the newest message each turn) keeps the items before the
 first byte that differs, when the offsets of each item are known: they are for a client that
 writes JSON as orjson does (compact, UTF-8 as it is: JavaScript's and Rust's writers), read off
@@ -35,15 +37,21 @@ _KEYS: dict[str, re.Pattern[bytes]] = {}
 @dataclass(frozen=True, slots=True)
 class ParsedBody:
     """A client's body parsed (``value``) and, when its history ``items`` is an array of the
-    top-level object, the body's bytes up to the end of the last item (``head``), where the
-    first item begins (``start``) and, when known, where each item ends (``ends``)."""
+    top-level object, its bytes (``raw``) with the offsets of the end of the last item
+    (``end``: the head, what the next body is compared with), of where the first item begins
+    (``start``) and, when known, of where each item ends (``ends``)."""
 
     value: Any
     items: list[Any] | None = None  # the history: the very list in ``value``
-    head: bytes = b""  # empty: the body cannot be followed
+    raw: bytes = b""  # the body's bytes (kept as they came: no copy of the head)
+    end: int = 0  # the head's length, raw[:end] (0: the body cannot be followed)
     start: int = 0  # offset of the history's first item (just past its '[')
     reused: int = 0  # items taken from the last body
     ends: list[int] | None = None  # offset just past each item
+    # Offset of the history's closing ']' once the array is known to be the field's value (no
+    # later key of the same name): a body that ends with the same bytes from there has the
+    # same other fields, and only its new items are read (0: not known).
+    close: int = 0
     # What a dialect made of each item (``AnthropicMessages.conversation`` fills it as it reads
     # the items; it starts with what the last body's taken items were made into).
     translated: list[Any] = field(default_factory=list)
@@ -51,6 +59,14 @@ class ParsedBody:
     # validation; it starts with those of the taken items, which are the same objects, unchanged
     # (nothing changes a parsed body), so they need not be looked up again.
     facts: list[Any] = field(default_factory=list)
+    # (final_prompt, n): its first n items hold no summary of this proxy's a client echoed back,
+    # as ``strip_agent_summaries`` recognises them with that policy's frame (empty: unknown).
+    plain: list[tuple[str | None, int]] = field(default_factory=list)
+
+    def plain_for(self, final_prompt: str | None) -> int:
+        """How many first items are known to hold no echoed summary, seen with ``final_prompt``."""
+        known = self.plain[:1]
+        return known[0][1] if known and known[0][0] == final_prompt else 0
 
 
 def parse_body(raw: bytes, field: str, last: ParsedBody | None = None) -> ParsedBody:
@@ -58,9 +74,10 @@ def parse_body(raw: bytes, field: str, last: ParsedBody | None = None) -> Parsed
     bytes; after ``last``, the conversation's previous body, with the items they share taken."""
     if len(raw) < FOLLOW_BYTES:
         return ParsedBody(wirejson.parse(raw))
-    if last is not None and last.items is not None and last.head:
-        if raw.startswith(last.head):  # the whole history again, as most requests send it
-            taken, end = len(last.items), len(last.head)
+    if last is not None and last.items is not None and last.end:
+        # Compared in place: a slice of the last body would copy its head.
+        if raw.startswith(memoryview(last.raw)[: last.end]):  # the history again, as most are
+            taken, end = len(last.items), last.end
         else:
             taken = _shared(raw, last)
             end = last.ends[taken - 1] if taken and last.ends else 0
@@ -77,15 +94,15 @@ def _shared(raw: bytes, last: ParsedBody) -> int:
     """How many of ``last``'s items ``raw`` begins with (0 when their offsets are unknown)."""
     if not last.ends:
         return 0
-    head, n = last.head, min(len(raw), len(last.head))
+    head, n = memoryview(last.raw)[: last.end], min(len(raw), last.end)
     same = 0
-    while same < n and raw[same : same + _CHUNK] == head[same : same + _CHUNK]:
+    while same < n and raw.startswith(head[same : same + _CHUNK], same):
         same += _CHUNK
     if same < n:  # the first byte that differs lies in this chunk: halve it down
         high = min(same + _CHUNK, n)
         while high - same > 1:
             middle = (same + high) // 2
-            if raw[same:middle] == head[same:middle]:
+            if raw.startswith(head[same:middle], same):
                 same = middle
             else:
                 high = middle
@@ -101,29 +118,61 @@ def _parse_after(
     at = end
     while at < len(raw) and raw[at] in _SPACE:
         at += 1
-    if raw[at : at + 1] == b",":
+    comma = raw[at : at + 1] == b","
+    if comma:
         at += 1
     elif raw[at : at + 1] != b"]":
         return None
-    start = last.start
-    rest = raw[:start] + raw[at:]  # the body without the items taken
-    split = _split(rest, start, field)
-    if split is None or last.items is None:
+    if last.items is None:
         return None
-    others, new, new_end = split
+    split = _same_others(raw, field, last, at)
+    if split is None:  # the fields around the history changed: read them
+        rest = raw[: last.start] + raw[at:]  # the body without the items taken
+        split = _split(rest, last.start, field)
+        if split is None:
+            return None
+        split = (*split[:2], split[2] + len(raw) - len(rest))
+    others, new, close = split
+    if comma and not new:  # "[..., ]": refused as a full parse refuses it
+        return None
     items = [*last.items[:taken], *new]
     others[field] = items  # in its place: the client's order of fields is kept
-    shift = len(raw) - len(rest)
-    if not new:
-        head = last.head if end == len(last.head) else raw[:end]
-        ends = last.ends and last.ends[:taken]
-    else:
-        head, ends = raw[: new_end + shift], None
+    ends = last.ends and last.ends[:taken]
+    if new:
+        end = _before_space(raw, close)
         if last.ends is not None:
             more = _item_ends(raw, at, new)
             ends = None if more is None else [*last.ends[:taken], *more]
-    kept = last.translated[:taken]
-    return ParsedBody(others, items, head, start, taken, ends, kept, last.facts[:taken])
+    kept, plain = last.translated[:taken], [(p, min(n, taken)) for p, n in last.plain[:1]]
+    return ParsedBody(
+        others, items, raw, end, last.start, taken, ends, close, kept, last.facts[:taken], plain
+    )
+
+
+def _same_others(
+    raw: bytes, field: str, last: ParsedBody, at: int
+) -> tuple[dict[str, Any], list[Any], int] | None:
+    """When ``raw`` ends with the bytes ``last`` ends with from its history's closing ']' on,
+    as an agent's next request does (the same model, tools and settings): ``last``'s other
+    fields, the items from ``at`` up to that ']' (parsed alone) and its offset. The body is
+    ``last``'s but for the items between its history's first item and that ']', so what they
+    are parsed into is all that can differ; None when it is not so (or they are not JSON
+    orjson reads as it came)."""
+    if not last.close:
+        return None
+    tail = memoryview(last.raw)[last.close :]
+    close = len(raw) - len(tail)
+    if close < at or not raw.endswith(tail):
+        return None
+    if close == at:
+        return {**last.value}, [], close
+    try:  # at the history's depth in the body, as in _split
+        new = orjson.loads(b'{"":[' + memoryview(raw)[at : close + 1] + b"}")[""]
+    except orjson.JSONDecodeError:
+        return None
+    if field != "messages" and wirejson.rounded(new):
+        return None
+    return {**last.value}, new, close
 
 
 def _located(raw: bytes, value: Any, field: str) -> ParsedBody:
@@ -138,11 +187,11 @@ def _located(raw: bytes, value: Any, field: str) -> ParsedBody:
         return ParsedBody(value)
     ends = _item_ends(raw, start, items)
     if ends is not None and raw[ends[-1] : ends[-1] + 1] == b"]":
-        return ParsedBody(value, items, raw[: ends[-1]], start, 0, ends)
+        return ParsedBody(value, items, raw, ends[-1], start, 0, ends)
     split = _split(raw, start, field, items)
     if split is None:
         return ParsedBody(value)
-    return ParsedBody(value, items, raw[: split[2]], start)
+    return ParsedBody(value, items, raw, _before_space(raw, split[2]), start, close=split[2])
 
 
 def _history_start(raw: bytes, field: str) -> int | None:
@@ -189,7 +238,7 @@ def _split(
     doc: bytes, start: int, field: str, items: list[Any] | None = None
 ) -> tuple[dict[str, Any], list[Any], int] | None:
     """The object ``doc`` as its fields but ``field``, the items of ``field`` (the array whose
-    first item is at ``start``; parsed unless given) and the offset just past its last item.
+    first item is at ``start``; parsed unless given) and the offset of its closing ']'.
     None when the array is not the field's value (a second key of the same name follows), or
     a part is not JSON orjson reads as it came."""
     close = _array_close(doc, start)
@@ -198,7 +247,8 @@ def _split(
     before, after = doc[: start - 1], doc[close + 1 :]
     try:
         if items is None:  # a valid array from start - 1 to close: close is its own bracket
-            items = orjson.loads(doc[start - 1 : close + 1])
+            # read at its depth in the body, where orjson refuses the same nesting
+            items = orjson.loads(b'{"":' + doc[start - 1 : close + 1] + b"}")[""]
         # The array's place holds 0, then 1: a second key of the same name would hold its own
         # value both times (the last key is the one a parser keeps).
         others = orjson.loads(before + b"0" + after)
@@ -213,10 +263,14 @@ def _split(
     checked = [*others.values(), items] if field != "messages" else others.values()
     if any(wirejson.rounded(value) for value in checked):
         return None
-    end = close
-    while doc[end - 1] in _SPACE:
-        end -= 1
-    return others, items, end
+    return others, items, close
+
+
+def _before_space(doc: bytes, at: int) -> int:
+    """``at`` moved back past the white space before it."""
+    while doc[at - 1] in _SPACE:
+        at -= 1
+    return at
 
 
 def _array_close(doc: bytes, start: int) -> int | None:

@@ -59,8 +59,11 @@ class ChatCompletions:
         messages = body["messages"]
         # The facts of the items taken from the last body come with them, and are kept for the
         # next (only the body's own history: a caller may hand in another list).
-        known = parsed.facts if parsed is not None and parsed.items is messages else None
-        return Neutral(validate_messages(messages, facts=facts, known=known), body.get("tools"))
+        own = parsed if parsed is not None and parsed.items is messages else None
+        known = own.facts if own is not None else None
+        return Neutral(
+            validate_messages(messages, facts=facts, known=known), body.get("tools"), own
+        )
 
     def render(self, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
         return {**body, "messages": plan.messages}

@@ -109,3 +109,21 @@ def test_a_list_other_than_the_bodys_own_carries_nothing(tiktoken_files: object)
     other = {"model": "m", "messages": [{"role": "tool", "content": "no id"}, *history]}
     with counter.facts.request() as facts, pytest.raises(InvalidMessage, match="tool_call_id"):
         CHAT.conversation(other, facts=facts, parsed=again)
+
+
+def test_a_refused_message_taken_again_with_the_history_is_refused_again(
+    tiktoken_files: object,
+) -> None:
+    """Only the facts of messages that passed are carried: a refused message is taken as parsed
+    with the next body, and checked again there."""
+    counter = TokenCounter()
+    history = [{"role": "user", "content": "go"}, *_round(1), *_round(2)]
+    parsed, _ = _read(orjson.dumps({"model": "m", "messages": history}), None, counter)
+    bad = [*history, {"role": "tool", "content": "no id"}]
+    refused = CHAT.parse(orjson.dumps({"model": "m", "messages": bad}), parsed, True)
+    with counter.facts.request() as facts, pytest.raises(InvalidMessage, match="tool_call_id"):
+        CHAT.conversation(refused.value, facts=facts, parsed=refused)
+    again = CHAT.parse(orjson.dumps({"model": "m", "messages": [*bad, *_round(3)]}), refused, True)
+    assert again.reused == len(bad)
+    with counter.facts.request() as facts, pytest.raises(InvalidMessage, match="tool_call_id"):
+        CHAT.conversation(again.value, facts=facts, parsed=again)

@@ -144,6 +144,32 @@ def test_the_least_recently_used_go_first() -> None:
     assert cache.scan([dict(hot)])[0] is known
 
 
+def test_a_history_carried_from_body_to_body_is_used_when_carried() -> None:
+    """A followed body's facts are carried, not looked up (``RequestFacts.carry``): they count
+    as used when carried, so what was looked up before goes first."""
+    cache = FactCache(max_entries=40)
+    history = [user(f"history {i}") for i in range(10)]
+    with cache.request() as facts:
+        known = validate_messages(history, facts=facts) and facts.scan(history)
+    cache.scan([user(f"older {i}") for i in range(20)])
+    cache.scan([user("then")])
+    with cache.request() as facts:
+        validate_messages(history, facts=facts, known=known)
+    cache.scan([user(f"newer {i}") for i in range(11)])  # past the bound: trimmed
+    assert len(cache) <= 40
+    assert all(a is b for a, b in zip(cache.scan([dict(m) for m in history]), known, strict=True))
+
+
+def test_facts_known_of_more_messages_than_sent_vouch_for_none() -> None:
+    cache = FactCache()
+    sent = [user("a"), user("b")]
+    with cache.request() as facts:
+        validate_messages(sent, facts=facts)
+        known = facts.scan(sent)
+    with cache.request() as facts, pytest.raises(InvalidMessage):
+        validate_messages([{"role": "tool", "content": "no id"}], facts=facts, known=known)
+
+
 def test_worker_threads_sharing_a_small_cache_get_every_count_right(tiktoken_files: object) -> None:
     """Bodies over proxy.compaction.compactor.OFFLOAD_BYTES are counted in worker threads while the event
     loop counts others: a race may cost a recount, never a wrong count."""

@@ -28,9 +28,9 @@ def test_a_small_body_is_parsed_whole_and_not_followed(monkeypatch: pytest.Monke
     raw = json.dumps({"model": "m", "messages": _turns(3)}).encode()
     assert len(raw) < resent.FOLLOW_BYTES
     parsed = resent.parse_body(raw, "messages")
-    assert parsed.value == json.loads(raw) and not parsed.head
+    assert parsed.value == json.loads(raw) and not parsed.end
     big = json.dumps({"model": "m", "messages": _turns(200)}).encode()
-    assert resent.parse_body(big, "messages").head
+    assert resent.parse_body(big, "messages").end
 
 
 def _turns(n: int, start: int = 0) -> list[dict]:
@@ -211,3 +211,72 @@ def test_one_character_changed_at_the_end_of_an_item_is_read_again(where: int) -
     raw2 = orjson.dumps({"messages": [*changed, {"role": "user", "content": "next"}]})
     again = _again(raw1, raw2)
     assert again.value == json.loads(raw2) and again.reused == where
+
+
+@pytest.mark.parametrize("dumps", [json.dumps, orjson.dumps])
+def test_the_fields_around_a_grown_history_are_read_only_when_their_bytes_changed(dumps) -> None:
+    """An agent's next request: the same tools and settings around one more turn. Its other
+    fields are the last body's (the very values), and a change to any of them is read."""
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"messages": [1]}}}]
+    body = {"messages": _turns(20), "tools": tools, "temperature": 0.5}
+    chain = [_bytes(dumps(body))]
+    for n in range(3):
+        body = {**body, "messages": [*body["messages"], *_turns(1, 20 + n)]}
+        chain.append(_bytes(dumps(body)))
+    changed = {**body, "messages": [*body["messages"], *_turns(1, 30)], "temperature": 0.7}
+    chain.append(_bytes(dumps(changed)))
+    last = resent.parse_body(chain[0], "messages")
+    parsed = []
+    for raw in chain[1:]:
+        last = resent.parse_body(raw, "messages", last)
+        assert last.value == json.loads(raw) and list(last.value) == list(json.loads(raw))
+        parsed.append(last)
+    assert parsed[2].value["tools"] is parsed[1].value["tools"]  # read once, then taken
+    assert parsed[3].value["temperature"] == 0.7
+    assert parsed[3].reused == len(body["messages"])
+
+
+def test_a_trailing_comma_after_the_history_is_refused_as_a_full_parse_refuses_it() -> None:
+    turns = json.dumps(_turns(3))
+    raw1 = f'{{"messages": {turns}, "model": "m"}}'.encode()
+    raw2 = f'{{"messages": {turns[:-1]}, ], "model": "m"}}'.encode()
+    with pytest.raises(InvalidRequest):
+        wirejson.parse(raw2)
+    last = resent.parse_body(raw1, "messages")
+    for follow in (last, resent.parse_body(raw1, "messages", last)):
+        with pytest.raises(InvalidRequest):
+            resent.parse_body(raw2, "messages", follow)
+
+
+def test_a_second_history_key_of_the_same_items_is_never_taken_for_the_first() -> None:
+    """Written as orjson writes it, the first array holds what the second does: the bytes
+    after the history repeat it, yet the history is the second key's, as in a full parse."""
+    items = _turns(2)
+    raw = orjson.dumps({"messages": items})[:-1] + b',"messages":' + orjson.dumps(items) + b"}"
+    last = resent.parse_body(raw, "messages")
+    for n in range(3):
+        grown = orjson.dumps([*items, *_turns(n + 1, 5)])
+        again = raw.replace(orjson.dumps(items), grown, 1)
+        last = resent.parse_body(again, "messages", last)
+        assert last.value == json.loads(again) == {"messages": items}
+
+
+@pytest.mark.parametrize("known", [False, True])
+def test_a_new_item_nested_past_what_a_full_parse_reads_is_refused_alike(known: bool) -> None:
+    history = _turns(3)
+    raw1 = orjson.dumps({"messages": history, "model": "m"})
+    last = resent.parse_body(raw1, "messages")
+    if known:  # its fields around the history known: only the new items are read
+        last = resent.parse_body(raw1, "messages", last)
+    for depth in range(1018, 1026):
+        nested = b"[" * depth + b"]" * depth
+        raw2 = raw1.replace(b"}]", b'},{"role":"user","content":"x","x":' + nested + b"}]", 1)
+        try:
+            full = len(wirejson.parse(raw2)["messages"])
+        except InvalidRequest:
+            full = None
+        try:
+            followed = len(resent.parse_body(raw2, "messages", last).value["messages"])
+        except InvalidRequest:
+            followed = None
+        assert followed == full, depth

@@ -26,6 +26,9 @@ class Neutral:
 
     messages: list[ChatMessage]
     tools: object = None  # tool schemas, counted as part of the prompt
+    # The body whose history ``messages`` is, the very list: what is learnt of its messages is
+    # carried to the conversation's next body (``ParsedBody.plain``); None: nothing is carried.
+    parsed: ParsedBody | None = None
 
 
 class Translator(Protocol):
