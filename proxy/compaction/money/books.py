@@ -21,6 +21,7 @@ cost (``summary_added``); a summary stored moves the pace's unapplied summary (`
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -200,35 +201,82 @@ class Priced:
     turn: Turn  # its point on the timeline
 
 
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What an entry holds as ``ledger_of`` and ``Pace.from_entry`` read it (None: not known)."""
+
+    ledger: tuple[Ledger, float | None] | None
+    pace: Pace | None
+
+
+_UNKNOWN = Known(None, None)
+
+
+class KnownEntries:
+    """The books of the entries ``Answered`` built lately, by the entry object's identity: the
+    store hands an edit the very object this process wrote while no other writer changed it
+    (``proxy.state.owned``), so the next answer reads its ledger and pace without reading them
+    out of the entry again. An entry is held (so its identity is never another's) until
+    ``max_entries`` newer ones push it out. Used on the event loop only (no lock)."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._kept: OrderedDict[int, tuple[Entry, Known]] = OrderedDict()
+
+    def of(self, entry: Entry | None) -> Known:
+        kept = None if entry is None else self._kept.get(id(entry))
+        if kept is None or kept[0] is not entry:
+            return _UNKNOWN
+        return kept[1]
+
+    def remember(self, entry: Entry, known: Known) -> None:
+        self._kept[id(entry)] = (entry, known)
+        if len(self._kept) > self.max_entries:
+            self._kept.popitem(last=False)
+
+
 @dataclass(slots=True)
 class Answered:
     """What one answer does to the entry: its price on the ledger and its point on the timeline
     (``priced``, when the provider reported usage), and its request on the pace (``pace``).
     Applied by the store's compare-and-set, perhaps more than once (a concurrent writer won):
-    ``before`` and ``after`` are the ledger of the application that was written."""
+    ``before`` and ``after`` are the ledger of the application that was written. ``known``: the
+    books of the entries built before (read again only for an entry it does not know)."""
 
     at: float
     priced: Priced | None
     pace: PaceSample | None
     before: Ledger = field(default_factory=Ledger)
     after: Ledger = field(default_factory=Ledger)
+    known: KnownEntries | None = None
 
     def __call__(self, entry: Entry | None) -> Entry:
+        known = _UNKNOWN if self.known is None else self.known.of(entry)
         changed = dict(entry or {})
+        pace = known.pace
         if self.pace is not None:
-            pace = self.pace.into(Pace.from_entry(entry), self.at)
+            pace = self.pace.into(pace or Pace.from_entry(entry), self.at)
             changed[PACE_KEY] = pace.to_dict()
+            if not isinstance(self.at, float):
+                pace = None  # read back, its ``at`` is a float: not known as it was built
         priced = self.priced
         if priced is None:
-            return changed
-        ledger, at = ledger_of(entry)
+            return self._known(changed, Known(known.ledger, pace))
+        ledger, at = known.ledger or ledger_of(entry)
         warm = at is not None and 0 <= self.at - at < CACHE_TTL_SECONDS
         self.before = ledger
         self.after = add_request(
             ledger, priced.usage, priced.price, full_prompt_tokens=priced.full_tokens, warm=warm
         )
         changed.update(self.after.to_dict(), at=self.at, model=priced.model)
-        return with_turn(changed, priced.turn)
+        return self._known(
+            with_turn(changed, priced.turn), Known((self.after, float(self.at)), pace)
+        )
+
+    def _known(self, entry: Entry, known: Known) -> Entry:
+        if self.known is not None:
+            self.known.remember(entry, known)
+        return entry
 
 
 def summary_added(entry: Entry | None, *, usage: BilledUsage, price: Price) -> Entry:
