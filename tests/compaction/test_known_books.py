@@ -5,6 +5,7 @@ what reading them afresh writes, whatever else changed the entry in between."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import fields
 from types import SimpleNamespace
 from typing import Any
 
@@ -142,3 +143,26 @@ def test_known_entries_stay_bounded_and_know_an_entry_by_its_identity() -> None:
     assert known.of(entries[2]).pace == books.Pace(tokens=2)
     assert known.of({"n": 2}).pace is None  # an equal entry is not the one it knows
     assert known.of(None).pace is None
+
+
+def test_the_stored_forms_hold_every_field_in_its_order() -> None:
+    """The ledger, the pace and a timeline point are written field by field: a field added to
+    one of them is written too, where the records have it."""
+    ledger = Ledger(*range(1, 15))
+    assert list(ledger.to_dict()) == ["v", *(f.name for f in fields(Ledger))]
+    assert list(ledger.to_dict().values())[1:] == [getattr(ledger, f.name) for f in fields(Ledger)]
+    assert Ledger.from_dict(ledger.to_dict()) == ledger
+    pace = books.Pace(1, 2, 3.0, "ck", 4, "p", 5.0)
+    assert pace.to_dict() == {f.name: getattr(pace, f.name) for f in fields(books.Pace)}
+    assert list(pace.to_dict()) == [f.name for f in fields(books.Pace)]
+    turn = books.Turn(1.0, 2, 3, 4, 5, 6, "ck")
+    assert turn.point() == [getattr(turn, f.name) for f in fields(books.Turn)]
+
+
+def test_the_timeline_keeps_its_newest_points() -> None:
+    entry: dict[str, Any] = {}
+    for n in range(books.MAX_TURNS + 5):
+        entry = books.with_turn(entry, books.Turn(float(n), n, 0, 0, 0, 0, None))
+    assert [point[0] for point in entry["turns"]] == [
+        float(n) for n in range(5, books.MAX_TURNS + 5)
+    ]

@@ -22,7 +22,7 @@ cost (``summary_added``); a summary stored moves the pace's unapplied summary (`
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.economics.ledger import Ledger, add_request, add_summary
@@ -72,9 +72,17 @@ class Pace:
             return cls()
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as the entry holds it (its fields are scalars: read one by one, not by
-        ``asdict``, which deep-copies each, after every answer)."""
-        return {name: getattr(self, name) for name in _PACE_FIELDS}
+        """The record as the entry holds it, every field in its order (named one by one: built
+        after every answer, where ``asdict`` deep-copies each)."""
+        return {
+            "tokens": self.tokens,
+            "samples": self.samples,
+            "growth": self.growth,
+            "unapplied": self.unapplied,
+            "unapplied_count": self.unapplied_count,
+            "policy": self.policy,
+            "at": self.at,
+        }
 
     def grown_to(self, tokens: int) -> Pace:
         """The record once a request with a history of ``tokens`` is seen."""
@@ -100,9 +108,6 @@ class Pace:
     def growth_per_turn(self) -> float | None:
         """Mean tokens a turn adds; None while too few turns were seen."""
         return self.growth if self.samples >= MIN_SAMPLES else None
-
-
-_PACE_FIELDS = tuple(field.name for field in fields(Pace))
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +137,18 @@ class Turn:
     cached_tokens: int  # of which read from the provider's prompt cache
     checkpoint: str | None  # the summary applied, None when sent as the client sent it
 
+    def point(self) -> list[Any]:
+        """The point as the entry holds it: its fields in their order."""
+        return [
+            self.at,
+            self.messages,
+            self.full_tokens,
+            self.sent_tokens,
+            self.billed_tokens,
+            self.cached_tokens,
+            self.checkpoint,
+        ]
+
     def view(self) -> dict[str, Any]:
         """The point as the admin API shows it."""
         return {
@@ -143,9 +160,6 @@ class Turn:
             "cached_tokens": self.cached_tokens,
             "checkpoint": self.checkpoint,
         }
-
-
-_FIELDS = [field.name for field in fields(Turn)]  # a point's order: the record's
 
 
 def _point(raw: object) -> Turn | None:
@@ -173,9 +187,9 @@ def turns_of(entry: Entry | None) -> list[Turn]:
 def with_turn(entry: Entry, turn: Turn) -> Entry:
     """``entry`` with ``turn`` appended, the oldest dropped beyond ``MAX_TURNS``."""
     kept = entry.get(TURNS_KEY)
-    points = list(kept) if isinstance(kept, list) else []
-    points.append([getattr(turn, name) for name in _FIELDS])
-    return {**entry, TURNS_KEY: points[-MAX_TURNS:]}
+    points = kept[1 - MAX_TURNS :] if isinstance(kept, list) else []  # a copy, room for one
+    points.append(turn.point())
+    return {**entry, TURNS_KEY: points}
 
 
 def ledger_of(entry: Entry | None) -> tuple[Ledger, float | None]:
