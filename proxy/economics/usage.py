@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast
 
@@ -38,9 +37,11 @@ __all__ = ["AnthropicUsage", "BilledUsage", "OpenAIUsage", "TokenDetails", "Wire
 
 Wire = Literal["chat", "responses", "messages"]  # the dialects' names (proxy/dialects)
 
-# A key "usage" whose value is an object. Requiring `{` or `,` before the key keeps text inside
-# JSON strings out: there a quote is always escaped (`\"usage\"`).
-_USAGE_KEY = re.compile(r'[{,]\s*"usage"\s*:\s*(?=\{)')
+# A key "usage" whose value is an object: the name, then `:` before an opening brace. Requiring
+# `{` or `,` before the key keeps text inside JSON strings out: there a quote is always escaped
+# (`\"usage\"`).
+_USAGE_NAME = '"usage"'
+_TO_OBJECT = re.compile(r"\s*:\s*(?=\{)")
 _DECODER = json.JSONDecoder()
 
 
@@ -103,14 +104,29 @@ def _usage_objects(text: str) -> list[dict[str, Any]]:
     """Every ``"usage": {...}`` object in ``text`` that decodes, in order: JSON as it came in
     (any keys, any values), read as the wire's usage shape by the caller."""
     out = []
-    for match in _USAGE_KEY.finditer(text):
-        try:
-            value, _ = _DECODER.raw_decode(text, match.end())
-        except ValueError:  # cut off by the end of the tail, or not JSON at all
-            continue
-        if isinstance(value, dict):
-            out.append(value)
+    # The name found by ``str.find``, then what comes before and after it checked: a regular
+    # expression of the whole key tries every brace and comma of the body, several times slower.
+    at = text.find(_USAGE_NAME)
+    while at >= 0:
+        end = at + len(_USAGE_NAME)
+        opened = _TO_OBJECT.match(text, end) if _after_open(text, at) else None
+        if opened is not None:
+            try:
+                value, _ = _DECODER.raw_decode(text, opened.end())
+            except ValueError:  # cut off by the end of the tail, or not JSON at all
+                value = None
+            if isinstance(value, dict):
+                out.append(value)
+        at = text.find(_USAGE_NAME, end)
     return out
+
+
+def _after_open(text: str, at: int) -> bool:
+    """Whether ``text[at]`` follows ``{`` or ``,`` and whitespace only (``\\s``, as ``re`` has it)."""
+    before = at - 1
+    while before >= 0 and text[before].isspace():
+        before -= 1
+    return before >= 0 and text[before] in "{,"
 
 
 def _count(value: object) -> int | None:
@@ -129,7 +145,8 @@ def _openai(usage: OpenAIUsage, wire: Wire) -> BilledUsage | None:
         details = usage.get("input_tokens_details")
     if prompt is None or output is None:
         return None
-    if not isinstance(details, Mapping):  # absent, null, or not an object
+    # Decoded JSON: an object is a dict (not asked of the Mapping ABC, for every answer).
+    if not isinstance(details, dict):  # absent, null, or not an object
         details = TokenDetails()
     # A report that does not add up (cached beyond the prompt) is clamped, not trusted whole.
     cached = min(_count(details.get("cached_tokens")) or 0, prompt)

@@ -60,6 +60,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._priced: dict[str, tuple[Any, ...]] = {}  # policy -> its _priced_children
         r = self.registry
         self.requests = Counter(
             "proxy_requests",
@@ -281,16 +282,40 @@ class Metrics:
 
     def _request_priced(self, event: RequestPriced) -> None:
         policy = event.policy
-        self.child(self.dollars, policy, "spent").inc(event.spent)
-        self.child(self.dollars, policy, "direct").inc(event.direct)
-        saved = event.direct - event.spent
-        self.child(self.dollars_saved, policy).inc(saved)
-        self.child(self.dollars_net_saved, policy).inc(saved)
-        self.child(self.billed_tokens, policy, "all").inc(event.prompt_tokens)
-        self.child(self.billed_tokens, policy, "cached").inc(event.cached_tokens)
-        self.child(self.billed_tokens, policy, "cache_write").inc(event.cache_write_tokens)
+        children = self._priced.get(policy)
+        if children is None:
+            children = self._priced[policy] = self._priced_children(policy)
+        spent, direct, saved, net_saved, billed, cached, cache_write = children
+        # An increment of 0 changes nothing a scrape reads (each series exists from the first
+        # event on): skipped, as most answers write nothing to the prompt cache.
+        if event.spent:
+            spent.inc(event.spent)
+        if event.direct:
+            direct.inc(event.direct)
+        if difference := event.direct - event.spent:
+            saved.inc(difference)
+            net_saved.inc(difference)
+        if event.prompt_tokens:
+            billed.inc(event.prompt_tokens)
+        if event.cached_tokens:
+            cached.inc(event.cached_tokens)
+        if event.cache_write_tokens:
+            cache_write.inc(event.cache_write_tokens)
         if not event.priced:
             self.child(self.unpriced_requests, policy).inc()
+
+    def _priced_children(self, policy: str) -> tuple[Any, ...]:
+        """The series a priced request of ``policy`` adds to, in ``_request_priced``'s order:
+        looked up once a policy (policies are the configured few)."""
+        return (
+            self.child(self.dollars, policy, "spent"),
+            self.child(self.dollars, policy, "direct"),
+            self.child(self.dollars_saved, policy),
+            self.child(self.dollars_net_saved, policy),
+            self.child(self.billed_tokens, policy, "all"),
+            self.child(self.billed_tokens, policy, "cached"),
+            self.child(self.billed_tokens, policy, "cache_write"),
+        )
 
     def _summary_priced(self, event: SummaryPriced) -> None:
         self.child(self.dollars, event.policy, "summarizer").inc(event.dollars)

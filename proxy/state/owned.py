@@ -31,7 +31,8 @@ V = TypeVar("V")
 # raw value (None: absent) -> (the sealed value to write, or None to write nothing; the result)
 Step = Callable[[bytes | None], tuple[bytes | None, T]]
 JsonObject = dict[str, Any]  # a value kept as one JSON object
-# the stored object (None: none yet, or unreadable) -> the one to store
+# the stored object (None: none yet, or unreadable) -> the one to store (a new object: the
+# one given is never changed)
 ObjectEdit = Callable[[JsonObject | None], JsonObject]
 
 
@@ -111,10 +112,12 @@ class OwnedValues:
         The same bytes always open to the same object, so this is exactly ``_open_object``
         for values that round-trip through JSON (what an edit writes: str keys, lists, numbers,
         strings): the sealed bytes carry a fresh nonce, the plain ones their whole content.
-        Edits are pure (they build a new object), so the kept one is never changed.
+        Edits are pure (they build a new object and change none they are given), so the kept
+        one is handed over as it is, never changed: an edit may know it by its identity (the
+        books read it once, ``proxy.compaction.money.books.KnownEntries``).
         """
         kept = None if raw is None else self._written.get(key, owner, raw)
-        return dict(kept) if kept is not None else self._open_object(key, owner, raw)
+        return kept if kept is not None else self._open_object(key, owner, raw)
 
     def _changing(
         self, key: str, step: Step[T], *, otherwise: T

@@ -103,10 +103,10 @@ def credential_from_headers(
     return None
 
 
-def credential_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The credential headers the caller sent, to send along when a call uses the caller's key."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    return {name: lowered[name] for name in CREDENTIAL_HEADERS if lowered.get(name)}
+def credential_headers(headers: Credentials) -> dict[str, str]:
+    """The credential headers the caller sent (``headers``: by lower-cased name, as
+    ``HeaderView.values`` holds them), to send along when a call uses the caller's key."""
+    return {name: value for name in CREDENTIAL_HEADERS if (value := headers.get(name))}
 
 
 class Tenancy:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
+import re
 
 import pytest
 
-from proxy.economics.usage import BilledUsage, Wire, billed_usage
+from proxy.economics.usage import _DECODER, BilledUsage, Wire, _usage_objects, billed_usage
 
 
 def sse(*events: tuple[str | None, object]) -> bytes:
@@ -263,3 +265,36 @@ def test_anthropic_tail_without_input_figures_needs_the_head() -> None:
 @pytest.mark.parametrize("wire", ["chat", "responses", "messages"])
 def test_every_wire_ignores_an_unfinished_usage(wire: Wire) -> None:
     assert billed_usage(b'{"usage": {"prompt_tokens": 5, "input_tokens": 5, "out', wire) is None
+
+
+def test_the_usage_objects_are_those_a_regular_expression_of_the_key_finds() -> None:
+    """The key is found by its name and checked around it: exactly the objects the expression
+    ``[{,]\\s*"usage"\\s*:\\s*(?=\\{)`` finds (non-JSON whitespace, escaped names, keys in a
+    row, nested usages, cut-off objects), in the same order."""
+    key = re.compile(r'[{,]\s*"usage"\s*:\s*(?=\{)')
+
+    def expected(text: str) -> list[object]:
+        out = []
+        for match in key.finditer(text):
+            try:
+                value, _ = _DECODER.raw_decode(text, match.end())
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+        return out
+
+    pieces = [
+        "{", "}", ",", " ", "\n", "\u00a0", "\u2003", "\x1c", ":", '"usage"', '\\"usage\\"',
+        '"usage"', '"x"', "[", "]", '{"prompt_tokens": 1, "completion_tokens": 2}', "1", "é",
+        '{"usage":', ', "usage" : ', '"usage":', '\u00a0"usage"\u00a0:\u00a0', '"usage"\x1c:',
+    ]  # fmt: skip
+    found = 0
+    chance = random.Random(7)
+    for _ in range(3000):
+        text = "".join(chance.choice(pieces) for _ in range(chance.randint(0, 14)))
+        objects = _usage_objects(text)
+        assert objects == expected(text), text
+        found += bool(objects)
+    assert found > 50  # the texts hold usages often
+    assert _usage_objects('{"usage": {"a": 1}, "b": {"usage":{"c": 2}}}') == [{"a": 1}, {"c": 2}]

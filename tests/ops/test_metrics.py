@@ -5,6 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from proxy.compaction.events import RequestPriced
+from proxy.events import Listeners
 from proxy.ops.metrics import Metrics
 from tests.support.clients import openai_client
 from tests.support.config import summarizing
@@ -36,6 +38,37 @@ def test_a_scaled_token_count_is_shown_whole() -> None:
     text = metrics.render()[0].decode()
     assert "proxy_prompt_tokens_before_total 7765.0" in text
     assert 'proxy_summarizer_tokens_total{kind="input"} 0.0' in text
+
+
+def test_a_priced_request_shows_every_series_of_its_policy_even_at_zero() -> None:
+    metrics, listeners = Metrics(), Listeners()
+    metrics.subscribe(listeners)
+
+    def priced(policy: str, *, spent: float, direct: float, cached: int, priced: bool) -> None:
+        listeners.emit(RequestPriced(policy, priced, spent, direct, 900, cached, 0, 10))
+
+    priced("a", spent=0.0, direct=0.0, cached=0, priced=False)
+    priced("b", spent=0.25, direct=1.0, cached=512, priced=True)
+    priced("b", spent=0.5, direct=0.5, cached=0, priced=True)
+    text = metrics.render()[0].decode()
+    for line in [
+        'proxy_dollars_total{kind="spent",policy="a"} 0.0',
+        'proxy_dollars_total{kind="direct",policy="a"} 0.0',
+        'proxy_dollars_saved{policy="a"} 0.0',
+        'proxy_dollars_net_saved{policy="a"} 0.0',
+        'proxy_billed_prompt_tokens_total{kind="all",policy="a"} 900.0',
+        'proxy_billed_prompt_tokens_total{kind="cached",policy="a"} 0.0',
+        'proxy_billed_prompt_tokens_total{kind="cache_write",policy="a"} 0.0',
+        'proxy_unpriced_requests_total{policy="a"} 1.0',
+        'proxy_dollars_total{kind="spent",policy="b"} 0.75',
+        'proxy_dollars_total{kind="direct",policy="b"} 1.5',
+        'proxy_dollars_saved{policy="b"} 0.75',
+        'proxy_billed_prompt_tokens_total{kind="all",policy="b"} 1800.0',
+        'proxy_billed_prompt_tokens_total{kind="cached",policy="b"} 512.0',
+        'proxy_billed_prompt_tokens_total{kind="cache_write",policy="b"} 0.0',
+    ]:
+        assert line in text
+    assert 'proxy_unpriced_requests_total{policy="b"}' not in text
 
 
 def test_added_latency_is_the_proxys_own_time_before_the_provider(mock, start_proxy) -> None:

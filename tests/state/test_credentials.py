@@ -7,6 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from proxy.state.tenancy import credential_headers
+from proxy.types import HeaderView
 from tests.support.config import summarizing
 from tests.support.provider import SYSTEM, Provider
 
@@ -58,3 +60,10 @@ def test_other_credentials_are_tenants_and_reach_the_summarizer(
     assert provider.summaries == 2
     summary_calls = [r for r in mock.chat_requests() if r.json()["model"] == "mock-summarizer"]
     assert [r.headers[header] for r in summary_calls] == [one, two]
+
+
+def test_the_credential_headers_are_read_from_the_names_as_the_request_view_lowers_them() -> None:
+    view = HeaderView.of(
+        [(b"Api-Key", b"azure-key"), (b"X-API-KEY", b""), (b"Authorization", b"Basic x")]
+    )
+    assert credential_headers(view.values) == {"authorization": "Basic x", "api-key": "azure-key"}

@@ -21,7 +21,8 @@ cost (``summary_added``); a summary stored moves the pace's unapplied summary (`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.economics.ledger import Ledger, add_request, add_summary
@@ -71,9 +72,17 @@ class Pace:
             return cls()
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as the entry holds it (its fields are scalars: read one by one, not by
-        ``asdict``, which deep-copies each, after every answer)."""
-        return {name: getattr(self, name) for name in _PACE_FIELDS}
+        """The record as the entry holds it, every field in its order (named one by one: built
+        after every answer, where ``asdict`` deep-copies each)."""
+        return {
+            "tokens": self.tokens,
+            "samples": self.samples,
+            "growth": self.growth,
+            "unapplied": self.unapplied,
+            "unapplied_count": self.unapplied_count,
+            "policy": self.policy,
+            "at": self.at,
+        }
 
     def grown_to(self, tokens: int) -> Pace:
         """The record once a request with a history of ``tokens`` is seen."""
@@ -99,9 +108,6 @@ class Pace:
     def growth_per_turn(self) -> float | None:
         """Mean tokens a turn adds; None while too few turns were seen."""
         return self.growth if self.samples >= MIN_SAMPLES else None
-
-
-_PACE_FIELDS = tuple(field.name for field in fields(Pace))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +137,18 @@ class Turn:
     cached_tokens: int  # of which read from the provider's prompt cache
     checkpoint: str | None  # the summary applied, None when sent as the client sent it
 
+    def point(self) -> list[Any]:
+        """The point as the entry holds it: its fields in their order."""
+        return [
+            self.at,
+            self.messages,
+            self.full_tokens,
+            self.sent_tokens,
+            self.billed_tokens,
+            self.cached_tokens,
+            self.checkpoint,
+        ]
+
     def view(self) -> dict[str, Any]:
         """The point as the admin API shows it."""
         return {
@@ -142,9 +160,6 @@ class Turn:
             "cached_tokens": self.cached_tokens,
             "checkpoint": self.checkpoint,
         }
-
-
-_FIELDS = [field.name for field in fields(Turn)]  # a point's order: the record's
 
 
 def _point(raw: object) -> Turn | None:
@@ -172,9 +187,9 @@ def turns_of(entry: Entry | None) -> list[Turn]:
 def with_turn(entry: Entry, turn: Turn) -> Entry:
     """``entry`` with ``turn`` appended, the oldest dropped beyond ``MAX_TURNS``."""
     kept = entry.get(TURNS_KEY)
-    points = list(kept) if isinstance(kept, list) else []
-    points.append([getattr(turn, name) for name in _FIELDS])
-    return {**entry, TURNS_KEY: points[-MAX_TURNS:]}
+    points = kept[1 - MAX_TURNS :] if isinstance(kept, list) else []  # a copy, room for one
+    points.append(turn.point())
+    return {**entry, TURNS_KEY: points}
 
 
 def ledger_of(entry: Entry | None) -> tuple[Ledger, float | None]:
@@ -200,35 +215,82 @@ class Priced:
     turn: Turn  # its point on the timeline
 
 
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What an entry holds as ``ledger_of`` and ``Pace.from_entry`` read it (None: not known)."""
+
+    ledger: tuple[Ledger, float | None] | None
+    pace: Pace | None
+
+
+_UNKNOWN = Known(None, None)
+
+
+class KnownEntries:
+    """The books of the entries ``Answered`` built lately, by the entry object's identity: the
+    store hands an edit the very object this process wrote while no other writer changed it
+    (``proxy.state.owned``), so the next answer reads its ledger and pace without reading them
+    out of the entry again. An entry is held (so its identity is never another's) until
+    ``max_entries`` newer ones push it out. Used on the event loop only (no lock)."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._kept: OrderedDict[int, tuple[Entry, Known]] = OrderedDict()
+
+    def of(self, entry: Entry | None) -> Known:
+        kept = None if entry is None else self._kept.get(id(entry))
+        if kept is None or kept[0] is not entry:
+            return _UNKNOWN
+        return kept[1]
+
+    def remember(self, entry: Entry, known: Known) -> None:
+        self._kept[id(entry)] = (entry, known)
+        if len(self._kept) > self.max_entries:
+            self._kept.popitem(last=False)
+
+
 @dataclass(slots=True)
 class Answered:
     """What one answer does to the entry: its price on the ledger and its point on the timeline
     (``priced``, when the provider reported usage), and its request on the pace (``pace``).
     Applied by the store's compare-and-set, perhaps more than once (a concurrent writer won):
-    ``before`` and ``after`` are the ledger of the application that was written."""
+    ``before`` and ``after`` are the ledger of the application that was written. ``known``: the
+    books of the entries built before (read again only for an entry it does not know)."""
 
     at: float
     priced: Priced | None
     pace: PaceSample | None
     before: Ledger = field(default_factory=Ledger)
     after: Ledger = field(default_factory=Ledger)
+    known: KnownEntries | None = None
 
     def __call__(self, entry: Entry | None) -> Entry:
+        known = _UNKNOWN if self.known is None else self.known.of(entry)
         changed = dict(entry or {})
+        pace = known.pace
         if self.pace is not None:
-            pace = self.pace.into(Pace.from_entry(entry), self.at)
+            pace = self.pace.into(pace or Pace.from_entry(entry), self.at)
             changed[PACE_KEY] = pace.to_dict()
+            if not isinstance(self.at, float):
+                pace = None  # read back, its ``at`` is a float: not known as it was built
         priced = self.priced
         if priced is None:
-            return changed
-        ledger, at = ledger_of(entry)
+            return self._known(changed, Known(known.ledger, pace))
+        ledger, at = known.ledger or ledger_of(entry)
         warm = at is not None and 0 <= self.at - at < CACHE_TTL_SECONDS
         self.before = ledger
         self.after = add_request(
             ledger, priced.usage, priced.price, full_prompt_tokens=priced.full_tokens, warm=warm
         )
         changed.update(self.after.to_dict(), at=self.at, model=priced.model)
-        return with_turn(changed, priced.turn)
+        return self._known(
+            with_turn(changed, priced.turn), Known((self.after, float(self.at)), pace)
+        )
+
+    def _known(self, entry: Entry, known: Known) -> Entry:
+        if self.known is not None:
+            self.known.remember(entry, known)
+        return entry
 
 
 def summary_added(entry: Entry | None, *, usage: BilledUsage, price: Price) -> Entry:

@@ -30,6 +30,7 @@ from proxy.compaction.conversation import Conversation
 from proxy.compaction.events import RequestPriced, SummaryPriced
 from proxy.compaction.money.books import (
     Answered,
+    KnownEntries,
     PaceSample,
     Priced,
     Turn,
@@ -92,6 +93,7 @@ class Spending:
         self._listeners = listeners
         self._clock = clock
         self._writes = PendingWrites("ledger write")
+        self._known = KnownEntries()  # the books of the entries written last, read once
 
     async def header(self, conv: Conversation) -> tuple[bytes, bytes] | None:
         """``X-Compaction-Ledger`` for the conversation's ledger as stored (one store read);
@@ -140,7 +142,9 @@ class Spending:
             )
         elif pace is None:
             return
-        self._writes.start(partial(self._write, conv, Answered(now, priced, pace)))
+        self._writes.start(
+            partial(self._write, conv, Answered(now, priced, pace, known=self._known))
+        )
 
     async def _write(self, conv: Conversation, edit: Answered) -> None:
         if await self._ledgers.update(conv.tenant, conv.conversation_id, edit) is None:
