@@ -32,7 +32,7 @@ from proxy.core.checkpoints import Checkpoint, Record
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
 from proxy.core.policy import ModelInfo, PolicySettings
-from proxy.core.resent import FOLLOW_BYTES, ParsedBody
+from proxy.core.resent import FOLLOW_BYTES, ParsedBody, unread_bytes
 from proxy.core.tokens import TokenCounter
 from proxy.errors import PayloadTooLarge
 from proxy.state.conversations import Store
@@ -222,13 +222,18 @@ class Reader:
         headers = incoming.headers
         conversation = self._settings.conversation
         tenant = self._tenancy.tenant(credential_from_headers(headers.values, conversation))
-        heavy = len(raw) > OFFLOAD_BYTES
         dialect = incoming.dialect
         # Followed only where it pays: a big body of a conversation a header names.
         named = _named_by(headers, conversation.header) if len(raw) >= FOLLOW_BYTES else None
         key = None if named is None else (tenant, dialect.name, named)
         last = None if key is None else self._last_bodies.get(key)
+        # A big body goes to a worker thread, unless it follows the conversation's last one:
+        # then only what is new is read, and planning carries the rest, which costs less than
+        # the trips to the thread and back (four or five a request).
+        heavy = len(raw) > OFFLOAD_BYTES and unread_bytes(raw, last) > OFFLOAD_BYTES
         parsed = await cpu(heavy, dialect.parse, raw, last, key is not None)
+        if not heavy and not parsed.reused and len(raw) > OFFLOAD_BYTES:
+            heavy = True  # it did not follow after all: the rest is worked on in full
         if key is not None:
             self._last_bodies.put(key, parsed)
         body = parsed.value

@@ -90,6 +90,18 @@ def parse_body(raw: bytes, field: str, last: ParsedBody | None = None) -> Parsed
     return _located(raw, value, field)
 
 
+def unread_bytes(raw: bytes, last: ParsedBody | None) -> int:
+    """About how many bytes of ``raw`` ``parse_body`` reads after ``last``: those past the
+    items of ``last`` it begins with (as most bodies of a conversation do), else all of them.
+    A guess made before parsing, from the same comparison ``parse_body`` makes."""
+    if last is None or last.items is None or not last.end or len(raw) < FOLLOW_BYTES:
+        return len(raw)
+    if raw.startswith(memoryview(last.raw)[: last.end]):
+        return len(raw) - last.end
+    taken = _shared(raw, last)
+    return len(raw) - last.ends[taken - 1] if taken and last.ends else len(raw)
+
+
 def _shared(raw: bytes, last: ParsedBody) -> int:
     """How many of ``last``'s items ``raw`` begins with (0 when their offsets are unknown)."""
     if not last.ends:
