@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
@@ -56,6 +57,10 @@ APPROX_BYTES_PER_TOKEN = 4
 # loop for ~70 ms even from a worker thread. Pieces keep each hold to ~3 ms, and the
 # transient list to a few MB instead of ~180.
 COUNT_PIECE_CHARS = 1 << 18
+# Texts counted again and again (a stored summary, weighed on each request of its conversation):
+# their counts are kept, bounded by texts and by the characters they hold.
+KEPT_TEXTS = 256
+KEPT_TEXT_CHARS = 1 << 22
 
 Length = Callable[[str], int]
 
@@ -126,6 +131,9 @@ class TokenCounter:
         self.groupings = Groupings(self.facts.max_histories)
         # The planner's counts and marks of the last histories (``carried``): two lists each.
         self._history_values: Carried[int] = Carried(2 * self.facts.max_histories)
+        self._texts: dict[tuple[str, str], int] = {}  # (encoding, text) -> tokens
+        self._text_chars = 0
+        self._texts_lock = threading.Lock()
 
     def with_facts(self, facts: FactLookup) -> TokenCounter:
         """This counter, looking messages up through ``facts`` (a request's view of
@@ -195,6 +203,22 @@ class TokenCounter:
 
     def count_text(self, text: str, model: str) -> int:
         return self._length(self.encoding_name(model))(text)
+
+    def count_again(self, text: str, model: str) -> int:
+        """``count_text`` of a text that is counted again on later requests (a conversation's
+        stored summary): kept by its value, a string counting as any equal string does."""
+        key = (self.encoding_name(model), text)
+        tokens = self._texts.get(key)
+        if tokens is None:
+            tokens = self._length(key[0])(text)
+            with self._texts_lock:
+                if len(self._texts) >= KEPT_TEXTS or self._text_chars + len(text) > KEPT_TEXT_CHARS:
+                    self._texts.clear()
+                    self._text_chars = 0
+                if len(text) <= KEPT_TEXT_CHARS:
+                    self._texts[key] = tokens
+                    self._text_chars += len(text)
+        return tokens
 
     def count_encoded(self, text: str, encoding: str) -> int:
         """``count_text`` for a model whose encoding (``encoding_name``) is known already."""

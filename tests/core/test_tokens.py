@@ -13,6 +13,8 @@ from proxy.core.tokens import (
     COUNT_PIECE_CHARS,
     IMAGE_HIGH_TOKENS,
     IMAGE_LOW_TOKENS,
+    KEPT_TEXT_CHARS,
+    KEPT_TEXTS,
     TokenCounter,
     lookup_model,
 )
@@ -209,3 +211,37 @@ def test_a_long_text_counted_in_pieces_counts_as_the_whole(
     assert len(text) > COUNT_PIECE_CHARS
     whole = len(tiktoken.get_encoding("o200k_base").encode_ordinary(text))
     assert counter.count_text(text, "gpt-4o") == whole
+
+
+def test_a_text_counted_again_is_tokenized_once_and_the_kept_counts_are_bounded() -> None:
+    """A stored summary is weighed on every request of its conversation: counted once, kept by
+    its value (per encoding), within a bound on texts and characters."""
+    encoded: list[str] = []
+
+    class Words:
+        def encode_ordinary(self, text: str) -> list[str]:
+            encoded.append(text)
+            return text.split()
+
+    counter = TokenCounter(
+        {"small-*": ModelInfo(context_window=1000, encoding="cl100k_base")},
+        load_encoding=lambda name: Words(),
+    )
+    summary = "the user asked for a refactor " * 20
+    assert counter.count_again(summary, "gpt-4o") == counter.count_text(summary, "gpt-4o")
+    encoded.clear()
+    again = summary[:10] + summary[10:]  # equal, another object: as a record read again
+    assert again is not summary
+    assert counter.count_again(again, "gpt-4o") == 120
+    assert encoded == []
+    with counter.facts.request() as facts:  # a request's view shares what is kept
+        assert counter.with_facts(facts).count_again(summary, "gpt-4o") == 120
+    assert encoded == []
+    assert counter.count_again(summary, "small-1") == 120  # another encoding: counted
+    assert encoded == [summary]
+    for i in range(KEPT_TEXTS + 10):
+        assert counter.count_again(f"text {i}", "gpt-4o") == 2
+    assert len(counter._texts) <= KEPT_TEXTS
+    big = "word " * (KEPT_TEXT_CHARS // 5 + 1)
+    assert counter.count_again(big, "gpt-4o") == KEPT_TEXT_CHARS // 5 + 1
+    assert counter._text_chars <= KEPT_TEXT_CHARS
