@@ -157,7 +157,9 @@ class Groupings:
     def __init__(self, max_histories: int = 64, max_messages: int = 1 << 17) -> None:
         self.max_histories = max_histories
         self.max_messages = max_messages
-        self._scans: OrderedDict[int, _Scan] = OrderedDict()
+        # Each scan with its grouping: a history grouped again (planned twice in one request,
+        # or sent again) takes the very grouping (immutable) the last look made.
+        self._scans: OrderedDict[int, tuple[_Scan, Grouping]] = OrderedDict()
         self._held = 0  # messages the scans hold
         self._lock = threading.Lock()
 
@@ -166,24 +168,26 @@ class Groupings:
         if not messages or self.max_histories <= 0:
             return group(messages)
         key = id(messages[0])
-        last = self._scans.get(key)
+        found = self._scans.get(key)
+        last = None if found is None else found[0]
         # The messages it read must come first, equal (identical objects compare at C speed).
         if last is not None and (
             len(messages) < len(last.messages) or messages[: len(last.messages)] != last.messages
         ):
             last = None
-        if last is not None and len(messages) == len(last.messages):
-            return _grouping(last)  # the same history again: nothing new to read
+        if last is not None and found is not None and len(messages) == len(last.messages):
+            return found[1]  # the same history again: nothing new to read
         scan = _scan(messages, last)
+        grouping = _grouping(scan)
         if len(messages) <= self.max_messages:
             with self._lock:
                 old = self._scans.pop(key, None)
-                self._held += len(messages) - (0 if old is None else len(old.messages))
-                self._scans[key] = scan
+                self._held += len(messages) - (0 if old is None else len(old[0].messages))
+                self._scans[key] = (scan, grouping)
                 while len(self._scans) > self.max_histories or self._held > self.max_messages:
-                    _, dropped = self._scans.popitem(last=False)
+                    _, (dropped, _) = self._scans.popitem(last=False)
                     self._held -= len(dropped.messages)
-        return _grouping(scan)
+        return grouping
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,21 @@ def test_the_histories_kept_are_bounded_by_count_and_by_messages() -> None:
     assert len(groupings._scans) == 3 and groupings._held == 33
     big = [system("big"), *(user(f"b{i}") for i in range(45))]
     assert groupings.group(big) == group(big)
-    assert groupings._held <= 50 and list(groupings._scans.values())[-1].messages is big
+    assert groupings._held <= 50 and list(groupings._scans.values())[-1][0].messages is big
     huge = [system("huge"), *(user(f"h{i}") for i in range(60))]
     assert groupings.group(huge) == group(huge)  # grouped, but past the bound: not kept
-    assert all(scan.messages is not huge for scan in groupings._scans.values())
+    assert all(scan.messages is not huge for scan, _ in groupings._scans.values())
+
+
+def test_a_history_grouped_again_takes_the_grouping_made_before() -> None:
+    """Planned twice in one request (the price trigger's candidate), or sent again: the
+    grouping is not built again; one message more, or one edited, is read again."""
+    groupings = Groupings()
+    history = [system("p"), user("go"), assistant("ok"), user("more")]
+    first = groupings.group(history)
+    assert groupings.group(history) is first
+    assert groupings.group([*history]) is first  # the same objects in another list
+    grown = [*history, assistant("done")]
+    assert groupings.group(grown) is not first and groupings.group(grown) == group(grown)
+    edited = [*history[:-1], assistant("instead")]
+    assert groupings.group(edited) == group(edited) != first
