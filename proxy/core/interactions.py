@@ -178,7 +178,7 @@ class Groupings:
         if last is not None and found is not None and len(messages) == len(last.messages):
             return found[1]  # the same history again: nothing new to read
         scan = _scan(messages, last)
-        grouping = _grouping(scan)
+        grouping = _grouping(scan, None if last is None or found is None else found)
         if len(messages) <= self.max_messages:
             with self._lock:
                 old = self._scans.pop(key, None)
@@ -261,14 +261,15 @@ def _scan(messages: Sequence[MessageView], last: _Scan | None) -> _Scan:
     if new_links:
         # A call at i answered at j blocks every boundary b with i < b <= j; a new answer
         # (j past ``start``) can block an older boundary, an older one never a new boundary.
-        bounds = sorted({*starts, *round_ends})
         if new_links is links or len(new_links) > _MARKED_LINKS:
+            bounds = sorted({*starts, *round_ends})
             safety = _safe_cuts(links, bounds)
             blocked = frozenset(b for b, ok in zip(bounds, safety, strict=True) if not ok)
-        else:
+        else:  # the bounds between each new answer and its call, found in both lists (sorted)
             marked = set(blocked)
             for i, j in new_links:
-                marked.update(bounds[bisect_right(bounds, i) : bisect_right(bounds, j)])
+                for ends in (starts, round_ends):
+                    marked.update(ends[bisect_right(ends, i) : bisect_right(ends, j)])
             blocked = frozenset(marked)
     listed = messages if isinstance(messages, list) else list(messages)
     return _Scan(
@@ -290,20 +291,43 @@ def _round_end(roles: list[object], b: int) -> bool:
     return roles[b - 1] in _RESULT_ROLES and roles[b] not in _RESULT_ROLES
 
 
-def _grouping(scan: _Scan) -> Grouping:
+def _grouping(scan: _Scan, last: tuple[_Scan, Grouping] | None = None) -> Grouping:
+    """The grouping of ``scan``; ``last``: the scan it went on from, with its grouping, whose
+    safe starts and cuts stand while no new answer blocks a boundary before its end."""
     starts, blocked, total = scan.starts, scan.blocked, len(scan.roles)
-    safe = tuple(map(not_, map(blocked.__contains__, starts)))  # in C
-    # Every boundary not blocked: the safe starts, and the round ends before the last message.
-    cuts = sorted(set(starts).union(scan.closed).difference(blocked))
+    if last is not None and _stands(scan, last[0]):
+        old, k = last[1], len(last[1].starts)
+        new_starts = starts[k:]
+        safe = old.safe + tuple(map(not_, map(blocked.__contains__, new_starts)))
+        added = set(new_starts).union(scan.closed[len(last[0].closed) :]).difference(blocked)
+        cuts = old.cuts + tuple(sorted(added))
+        starts_of = old.starts + tuple(new_starts)
+    else:
+        safe = tuple(map(not_, map(blocked.__contains__, starts)))  # in C
+        # Every boundary not blocked: the safe starts, and the round ends before the last one.
+        cuts = tuple(sorted(set(starts).union(scan.closed).difference(blocked)))
+        starts_of = tuple(starts)
     first_is_user = bool(starts) and scan.roles[starts[0]] == "user"
     return Grouping(
         scan.preamble_len,
-        tuple(starts),
+        starts_of,
         total,
         safe,
-        tuple(cuts),
+        cuts,
         tuple(scan.round_ends),
         first_is_user,
+    )
+
+
+def _stands(scan: _Scan, last: _Scan) -> bool:
+    """Whether what ``last`` found before its end (its starts, closed rounds and blocked
+    boundaries) stands in ``scan``, which went on from it: not when all ``last`` read was
+    preamble, nor when a new answer blocks an older boundary."""
+    end = len(last.messages)
+    if last.preamble_len == end:
+        return False
+    return scan.blocked is last.blocked or all(
+        b >= end for b in scan.blocked.difference(last.blocked)
     )
 
 

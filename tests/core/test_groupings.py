@@ -105,3 +105,22 @@ def test_a_history_grouped_again_takes_the_grouping_made_before() -> None:
     assert groupings.group(grown) is not first and groupings.group(grown) == group(grown)
     edited = [*history[:-1], assistant("instead")]
     assert groupings.group(edited) == group(edited) != first
+
+
+def test_an_answer_that_blocks_an_older_boundary_groups_as_a_whole() -> None:
+    """The cuts and safe starts found before stand, as the history grows, until a new answer
+    lies across one of them (a late tool result, after the next user message)."""
+    call = {"id": "late", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = [
+        system("p"),
+        user("go"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    history += [user("meanwhile"), assistant("ok"), user("and")]
+    groupings = Groupings()
+    assert groupings.group(history) == group(history)
+    grown = [*history, tool("late", "done")]  # blocks the starts before it
+    assert groupings.group(grown) == group(grown)
+    assert not groupings.group(grown).safe[1]
+    more = [*grown, assistant("fine"), user("next")]
+    assert groupings.group(more) == group(more)
