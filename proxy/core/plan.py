@@ -202,14 +202,20 @@ def cut_deeper(grouping: Grouping, counts: list[int], cut: int, budget: int) -> 
     tail = grouping.kept_tokens(counts, cut)
     position = cut
     pins = set(grouping.pinned)
+    task = grouping.task_tokens(counts, position, pins)  # the task sent again at ``position``
     while position < deepest and i < len(cuts):
         if tail <= budget:
             break
         if cuts[i] <= position:
             i += 1
             continue
-        tail += grouping.task_tokens(counts, cuts[i], pins)
-        tail -= grouping.task_tokens(counts, position, pins)
-        tail -= sum(counts[j] for j in range(position, cuts[i]) if j not in pins)
-        position = cuts[i]
+        deeper = cuts[i]
+        tail -= task
+        task = grouping.task_tokens(counts, deeper, pins)
+        tail += task
+        if pins:
+            tail -= sum(counts[j] for j in range(position, deeper) if j not in pins)
+        else:
+            tail -= sum(counts[position:deeper])
+        position = deeper
     return position
