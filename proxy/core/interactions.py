@@ -32,6 +32,7 @@ from itertools import accumulate
 from operator import not_, sub
 from typing import TypeVar
 
+from proxy.core.carried import Summed, span_sum
 from proxy.core.summary_message import is_agent_summary
 from proxy.types import MessageView
 
@@ -125,11 +126,13 @@ class Grouping:
 
     def kept_tokens(self, counts: Sequence[int], cut: int) -> int:
         """Tokens of those messages (``counts``: each message's)."""
-        return sum(counts[cut:]) + sum(counts[i] for i in self.sent_again(cut))
+        return span_sum(counts, cut) + sum(counts[i] for i in self.sent_again(cut))
 
     def tokens_each(self, counts: Sequence[int]) -> tuple[int, ...]:
         """Each interaction's tokens: differences of the running sum at its bounds (in C)."""
-        running = list(accumulate(counts, initial=0))
+        running = (
+            counts.running if isinstance(counts, Summed) else list(accumulate(counts, initial=0))
+        )
         at = [running[i] for i in (*self.starts, self.total)]
         return tuple(map(sub, at[1:], at[:-1]))
 

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from proxy.core.carried import CARRY_FROM
+from proxy.core.carried import CARRY_FROM, span_sum
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, strip_agent_summaries
@@ -106,7 +106,7 @@ def plan(
             grouping = replace(grouping, pinned=found)
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.history_counts(source, model)
-    tokens_before = sum(source_counts) + fixed
+    tokens_before = span_sum(source_counts) + fixed
     # A summary in use replaces what it covers: stubs are batched on what is sent after it, so
     # each batch saves its threshold where the provider bills it (and stays byte-stable until
     # the next summary, which moves the prefix anyway).
@@ -239,7 +239,7 @@ class _Measured:
         if self.force:
             cut = grouping.start_of(grouping.safe_at_or_before(len(grouping) - 1))
             if ctx.budget:  # the newest rounds that leave room for the summary
-                room = int(ctx.budget * RESCUE_VERBATIM_SHARE) - sum(ctx.counts[:preamble])
+                room = int(ctx.budget * RESCUE_VERBATIM_SHARE) - span_sum(ctx.counts, 0, preamble)
                 room -= ctx.fixed_tokens
                 cut = cut_deeper(grouping, ctx.counts, max(cut, floor), room)
             elif cut <= floor:  # one long interaction: everything but its task and newest round
@@ -389,7 +389,7 @@ def _smaller(m: _Measured, head: list[ChatMessage], cut: int) -> bool:
     preamble = grouping.preamble_len
     added = sum(ctx.counter.per_message(head[preamble:], ctx.model))
     added += sum(ctx.counts[i] for i in grouping.sent_again(cut))
-    return added < sum(m.source_counts[preamble:cut])
+    return added < span_sum(m.source_counts, preamble, cut)
 
 
 def _counts_whole_turns(keep: KeepSettings, window: int | None) -> bool:

@@ -25,11 +25,12 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
+from itertools import accumulate
 from typing import Any
 
 import tiktoken
 
-from proxy.core.carried import CARRY_FROM, Carried
+from proxy.core.carried import CARRY_FROM, Carried, Summed
 from proxy.core.facts import FactCache, FactLookup, Facts
 from proxy.core.interactions import Groupings
 from proxy.core.policy import ModelInfo
@@ -60,6 +61,7 @@ COUNT_PIECE_CHARS = 1 << 18
 # Texts counted again and again (a stored summary, weighed on each request of its conversation):
 # their counts are kept, bounded by texts and by the characters they hold.
 KEPT_TEXTS = 256
+RUNNING = "running"  # the tag of the running sums carried beside a history's counts
 KEPT_TEXT_CHARS = 1 << 22
 
 Length = Callable[[str], int]
@@ -129,8 +131,9 @@ class TokenCounter:
         self._fallbacks: set[str] = set()  # encodings approximated (shared with request views)
         # How the last histories split into interactions, read on as they grow (the planner's).
         self.groupings = Groupings(self.facts.max_histories)
-        # The planner's counts and marks of the last histories (``carried``): two lists each.
-        self._history_values: Carried[int] = Carried(2 * self.facts.max_histories)
+        # The planner's counts, their running sums and marks of the last histories
+        # (``carried``): three lists each.
+        self._history_values: Carried[int] = Carried(3 * self.facts.max_histories)
         self._texts: dict[tuple[str, str], int] = {}  # (encoding, text) -> tokens
         self._text_chars = 0
         self._texts_lock = threading.Lock()
@@ -255,16 +258,22 @@ class TokenCounter:
     def history_counts(self, messages: Sequence[MessageView], model: str) -> list[int]:
         """``per_message`` of a conversation's history: only the messages past those the last
         history that began with the same message object held (the very objects) are looked
-        up (``carried``); the rest are its counts."""
+        up (``carried``); the rest are its counts, and their running sums (``Summed``: the
+        planner sums spans of the history many times a request)."""
         encoding = self.encoding_name(model)
         carried = self.carried
         if carried is None or len(messages) < CARRY_FROM:
             return self._counts(messages, encoding)
-        counts = carried.known(messages, encoding)
-        if len(counts) < len(messages):
-            counts += self._counts(messages[len(counts) :], encoding)
-            carried.keep(messages, counts, encoding)
-        return counts
+        tags = (encoding, (encoding, RUNNING))  # the counts, and the sum through each message
+        counts, running = carried.known_each(messages, tags)
+        known = min(len(counts), len(running))  # dropped apart, at times
+        del counts[known:], running[known:]
+        if known < len(messages):
+            added = self._counts(messages[known:], encoding)
+            counts += added
+            running += list(accumulate(added, initial=running[-1] if running else 0))[1:]
+            carried.keep_each(messages, dict(zip(tags, (counts, running), strict=True)))
+        return Summed(counts, [0, *running])
 
     def count_messages(self, messages: Sequence[MessageView], model: str) -> int:
         """What the prompt costs: every message plus the reply priming."""

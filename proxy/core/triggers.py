@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from proxy.core.carried import span_sum
 from proxy.core.conditions import Condition
 from proxy.core.interactions import Grouping
 from proxy.core.messages import is_error_result
@@ -109,7 +110,7 @@ def measure(
         # Every interaction from ``first`` on counts, and their tokens run from ``since`` (or
         # the first one's start) to the end: one sum in C, not a loop over interactions.
         interactions = len(grouping) - first
-        interaction_tokens = sum(counts[max(since, grouping.starts[first]) : grouping.total])
+        interaction_tokens = span_sum(counts, max(since, grouping.starts[first]), grouping.total)
     for k in range(first, len(grouping) if conditions else 0):
         start, end = grouping.span(k)
         if end <= since:
@@ -120,7 +121,7 @@ def measure(
         ):
             continue
         interactions += 1
-        interaction_tokens += sum(counts[start:end])
+        interaction_tokens += span_sum(counts, start, end)
     succeeded: set[ToolCall] = set()
     failed: set[ToolCall] = set()
     if trigger.on_tool_success or trigger.on_tool_error:
