@@ -101,12 +101,11 @@ class Grouping:
     def task_before(self, cut: int) -> int | None:
         """The user message sent again verbatim when a summary covers messages[:cut]: the first
         message of the interaction ``cut`` falls inside, when that is a user message."""
-        k = self.interaction_at(cut)
-        if k < 0 or cut >= self.total or self.starts[k] == cut:
+        starts = self.starts
+        k = bisect_right(starts, cut) - 1  # interaction_at, inlined: a deeper cut asks often
+        if k < 0 or cut >= self.total or starts[k] == cut or (k == 0 and not self.first_is_user):
             return None
-        if k == 0 and not self.first_is_user:
-            return None
-        return self.starts[k]
+        return starts[k]
 
     def sent_again(self, cut: int) -> tuple[int, ...]:
         """The messages before ``cut`` sent verbatim after the summary, in order: the pinned
