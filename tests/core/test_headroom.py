@@ -8,6 +8,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from proxy.core.carried import Summed
 from proxy.core.headroom import KEPT_SHARE
 from proxy.core.interactions import Grouping, group
 from proxy.core.plan import cut_deeper
@@ -151,7 +152,8 @@ def _cut_deeper_step_by_step(grouping: Grouping, counts: list[int], cut: int, bu
 
 def test_a_deeper_cut_falls_where_a_step_by_step_walk_puts_it() -> None:
     """Pinned messages and the task sent again included, the walk that carries the task's
-    tokens from step to step stops at the cut the first walk stopped at."""
+    tokens from step to step, and the one that skips what cannot fit, stop at the cut the
+    first walk stopped at."""
     rng = random.Random(23)
     for step, history in enumerate(_histories(29, 300)):
         grouping = group(history)
@@ -163,3 +165,5 @@ def test_a_deeper_cut_falls_where_a_step_by_step_walk_puts_it() -> None:
             budget = rng.randint(0, sum(counts))
             expected = _cut_deeper_step_by_step(grouping, counts, cut, budget)
             assert cut_deeper(grouping, counts, cut, budget) == expected, step
+            # With running sums, the cuts whose messages alone exceed the budget are skipped.
+            assert cut_deeper(grouping, Summed(counts), cut, budget) == expected, step
