@@ -28,6 +28,7 @@ from fnmatch import fnmatchcase
 from itertools import accumulate
 from typing import Any
 
+import orjson
 import tiktoken
 
 from proxy.core.carried import CARRY_FROM, Carried, Summed
@@ -134,7 +135,8 @@ class TokenCounter:
         # The planner's counts, their running sums and marks of the last histories
         # (``carried``): three lists each.
         self._history_values: Carried[int] = Carried(3 * self.facts.max_histories)
-        self._texts: dict[tuple[str, str], int] = {}  # (encoding, text) -> tokens
+        # (encoding, a text or the JSON of a tools list) -> tokens (``count_again``, ``count_tools``)
+        self._texts: dict[tuple[str, object], int] = {}
         self._text_chars = 0
         self._texts_lock = threading.Lock()
 
@@ -210,17 +212,21 @@ class TokenCounter:
     def count_again(self, text: str, model: str) -> int:
         """``count_text`` of a text that is counted again on later requests (a conversation's
         stored summary): kept by its value, a string counting as any equal string does."""
-        key = (self.encoding_name(model), text)
+        encoding = self.encoding_name(model)
+        return self._kept((encoding, text), len(text), lambda: self._length(encoding)(text))
+
+    def _kept(self, key: tuple[str, object], size: int, count: Callable[[], int]) -> int:
+        """The count kept under ``key`` (``size``: the characters it holds), else ``count()``."""
         tokens = self._texts.get(key)
         if tokens is None:
-            tokens = self._length(key[0])(text)
+            tokens = count()
             with self._texts_lock:
-                if len(self._texts) >= KEPT_TEXTS or self._text_chars + len(text) > KEPT_TEXT_CHARS:
+                if len(self._texts) >= KEPT_TEXTS or self._text_chars + size > KEPT_TEXT_CHARS:
                     self._texts.clear()
                     self._text_chars = 0
-                if len(text) <= KEPT_TEXT_CHARS:
+                if size <= KEPT_TEXT_CHARS:
                     self._texts[key] = tokens
-                    self._text_chars += len(text)
+                    self._text_chars += size
         return tokens
 
     def count_encoded(self, text: str, encoding: str) -> int:
@@ -280,10 +286,19 @@ class TokenCounter:
         return sum(self.per_message(messages, model)) + REPLY_PRIMING
 
     def count_tools(self, tools: object, model: str) -> int:
-        """Estimate of the ``tools`` schemas (see the module docstring); 0 without tools."""
+        """Estimate of the ``tools`` schemas (see the module docstring); 0 without tools.
+        Kept by the tools' JSON text: an agent sends the same tools on every request, tens of
+        KB of schemas and descriptions, and each request plans them once or more."""
         if not isinstance(tools, list) or not tools:
             return 0
-        length = self._length(self.encoding_name(model))
+        encoding = self.encoding_name(model)
+        key = _tools_key(tools)
+        if key is None:
+            return self._count_tools(tools, encoding)
+        return self._kept((encoding, key), len(key[1]), lambda: self._count_tools(tools, encoding))
+
+    def _count_tools(self, tools: list[Any], encoding: str) -> int:
+        length = self._length(encoding)
         total = TOOLS_BASE_TOKENS
         for tool in tools:
             spec = tool.get("function", tool) if isinstance(tool, dict) else {}
@@ -300,6 +315,22 @@ class TokenCounter:
                     ) from exc
                 total += length(schema)
         return total
+
+
+def _tools_key(tools: list[Any]) -> tuple[str, bytes | str] | None:
+    """The tools' exact JSON text: equal texts count alike. orjson's, unless it may have
+    written a NaN as ``null`` (then, and for what orjson refuses, the standard library's, keys
+    sorted as the schemas are counted); None when neither writes them (counted, not kept)."""
+    try:
+        raw = orjson.dumps(tools)
+        if b"null" not in raw:
+            return ("tools", raw)
+    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
+        pass
+    try:
+        return ("text", json.dumps(tools, sort_keys=True))
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def _message_tokens(message: MessageView, length: Length) -> int:

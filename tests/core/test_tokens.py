@@ -7,6 +7,7 @@ import logging
 import pytest
 import tiktoken
 
+from proxy import wirejson
 from proxy.config.settings import Settings
 from proxy.core.policy import ModelInfo
 from proxy.core.tokens import (
@@ -245,3 +246,46 @@ def test_a_text_counted_again_is_tokenized_once_and_the_kept_counts_are_bounded(
     big = "word " * (KEPT_TEXT_CHARS // 5 + 1)
     assert counter.count_again(big, "gpt-4o") == KEPT_TEXT_CHARS // 5 + 1
     assert counter._text_chars <= KEPT_TEXT_CHARS
+
+
+def test_tools_sent_again_are_counted_once_by_their_exact_json() -> None:
+    """An agent sends the same tools on every request: counted once, kept by their JSON text,
+    so that equal tools in new objects cost no tokenizer work, and tools that differ in any
+    way their count sees (a NaN where another has null, 1 where another has 1.0) are counted."""
+    encoded: list[str] = []
+
+    class Words:
+        def encode_ordinary(self, text: str) -> list[str]:
+            encoded.append(text)
+            return text.split()
+
+    counter = TokenCounter(load_encoding=lambda name: Words())
+
+    def tools(description: str, bound: object = 1) -> list[dict]:
+        schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": bound}}}
+        return [
+            {
+                "type": "function",
+                "function": {"name": "f", "description": description, "parameters": schema},
+            }
+        ]
+
+    first = counter.count_tools(tools("reads a file"), "gpt-4o")
+    assert encoded
+    encoded.clear()
+    assert counter.count_tools(tools("reads a file"), "gpt-4o") == first  # new objects
+    assert encoded == []
+    assert counter.count_tools(tools("reads a file or two"), "gpt-4o") == first + 2
+
+    class Characters:  # "NaN" and "null" count apart
+        def encode_ordinary(self, text: str) -> list[str]:
+            return list(text)
+
+    counter = TokenCounter(load_encoding=lambda name: Characters())
+    whole = TokenCounter(load_encoding=lambda name: Characters())  # nothing kept: asked apart
+    for bound in (1, 1.0, None, float("nan"), wirejson.NonFinite("nan"), float("inf"), 1):
+        expected = whole._count_tools(tools("x", bound), "o200k_base")
+        assert counter.count_tools(tools("x", bound), "gpt-4o") == expected, bound
+    kept = len(counter._texts)
+    assert counter.count_tools(tools("x", float("nan")), "gpt-4o")
+    assert len(counter._texts) == kept  # written alike each time: kept once
