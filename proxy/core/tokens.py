@@ -25,6 +25,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
+from functools import partial
 from itertools import accumulate
 from typing import Any
 
@@ -139,6 +140,9 @@ class TokenCounter:
         self._texts: dict[tuple[str, object], int] = {}
         self._text_chars = 0
         self._texts_lock = threading.Lock()
+        # The last request's tools (the object), their encoding and count: a request plans
+        # them more than once (a parsed body never changes; views share this list).
+        self._last_tools: list[tuple[object, str, int] | None] = [None]
 
     def with_facts(self, facts: FactLookup) -> TokenCounter:
         """This counter, looking messages up through ``facts`` (a request's view of
@@ -292,10 +296,18 @@ class TokenCounter:
         if not isinstance(tools, list) or not tools:
             return 0
         encoding = self.encoding_name(model)
+        request = self._lookup is not self.facts  # a parsed body's tools, never changed
+        last = self._last_tools[0]
+        if request and last is not None and last[0] is tools and last[1] == encoding:
+            return last[2]
         key = _tools_key(tools)
         if key is None:
             return self._count_tools(tools, encoding)
-        return self._kept((encoding, key), len(key[1]), lambda: self._count_tools(tools, encoding))
+        count = partial(self._count_tools, tools, encoding)
+        tokens = self._kept((encoding, key), len(key[1]), count)
+        if request:
+            self._last_tools[0] = (tools, encoding, tokens)
+        return tokens
 
     def _count_tools(self, tools: list[Any], encoding: str) -> int:
         length = self._length(encoding)

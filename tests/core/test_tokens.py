@@ -9,6 +9,7 @@ import tiktoken
 
 from proxy import wirejson
 from proxy.config.settings import Settings
+from proxy.core import tokens as tokens_module
 from proxy.core.policy import ModelInfo
 from proxy.core.tokens import (
     COUNT_PIECE_CHARS,
@@ -289,3 +290,23 @@ def test_tools_sent_again_are_counted_once_by_their_exact_json() -> None:
     kept = len(counter._texts)
     assert counter.count_tools(tools("x", float("nan")), "gpt-4o")
     assert len(counter._texts) == kept  # written alike each time: kept once
+
+
+def test_a_requests_tools_are_written_once_however_often_it_plans_them(
+    monkeypatch: pytest.MonkeyPatch, counter: TokenCounter
+) -> None:
+    """Through a request's view (a parsed body, never changed) the same tools object is not
+    written again to be looked up; a caller's own list, changed in place, is counted again."""
+    written: list[object] = []
+    key = tokens_module._tools_key
+    monkeypatch.setattr(tokens_module, "_tools_key", lambda tools: written.append(1) or key(tools))
+    tools = [{"type": "function", "function": {"name": "f", "description": "reads a file"}}]
+    with counter.facts.request() as facts:
+        view = counter.with_facts(facts)
+        first = view.count_tools(tools, "gpt-4o")
+        assert view.count_tools(tools, "gpt-4o") == first
+        assert counter.with_facts(facts).count_tools(tools, "gpt-4o") == first
+    assert len(written) == 1
+    assert counter.count_tools(tools, "gpt-4o") == first and len(written) == 2
+    tools[0]["function"]["description"] = "reads a file, then another, then a third"
+    assert counter.count_tools(tools, "gpt-4o") > first
