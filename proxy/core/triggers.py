@@ -155,11 +155,18 @@ def _tool_outcomes(
     start = new_tool_results(messages)
     if start == len(messages):
         return
-    calls: dict[str, ToolCall] = {}
     compiled = re.compile(pattern)
-    for message in messages[:start]:  # the calls these results answer
+    # The calls these results answer: the latest call of each id, found from the newest
+    # message back (mostly the one before them), not read out of every message of the history.
+    wanted = {str(message.get("tool_call_id")) for message in messages[start:]}
+    calls: dict[str, ToolCall] = {}
+    for message in reversed(messages[:start]):
         if message.get("role") == "assistant":
-            calls.update(calls_of(message))
+            for call_id, made in calls_of(message).items():
+                if call_id in wanted:
+                    calls.setdefault(call_id, made)
+            if len(calls) == len(wanted):
+                break
     for message in messages[start:]:
         call = calls.get(str(message.get("tool_call_id")))
         name = message.get("name")
