@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import accumulate
 from operator import is_
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
+M = TypeVar("M")
 # Carrying pays past a few messages: a shorter list is computed whole (and its caller does not
 # enter this module: a plain small request does not).
 CARRY_FROM = 8
@@ -94,6 +95,24 @@ class Carried(Generic[V]):
             while len(self._lists) > self.max_lists or self._held > self.max_messages:
                 _, (dropped, _) = self._lists.popitem(last=False)
                 self._held -= len(dropped)
+
+
+def each(
+    carried: Carried[V] | None,
+    messages: Sequence[M],
+    tag: Hashable,
+    value: Callable[[M], V],
+) -> list[V]:
+    """``value`` of each message: those of the messages the last list (under ``tag``) held
+    taken from ``carried``, the rest computed (all of them without ``carried``, or for a list
+    shorter than ``CARRY_FROM``). ``value`` must depend on the message alone."""
+    if carried is None or len(messages) < CARRY_FROM:
+        return [value(m) for m in messages]
+    values = carried.known(messages, tag)
+    if len(values) < len(messages):
+        values += map(value, messages[len(values) :])
+        carried.keep(messages, values, tag)
+    return values
 
 
 class Summed(list[int]):

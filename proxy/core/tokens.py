@@ -133,9 +133,9 @@ class TokenCounter:
         self._fallbacks: set[str] = set()  # encodings approximated (shared with request views)
         # How the last histories split into interactions, read on as they grow (the planner's).
         self.groupings = Groupings(self.facts.max_histories)
-        # The planner's counts, their running sums and marks of the last histories
-        # (``carried``): three lists each.
-        self._history_values: Carried[int] = Carried(3 * self.facts.max_histories)
+        # The planner's counts, their running sums, marks and the messages meeting a trigger's
+        # conditions, of the last histories (``carried``): up to four lists each.
+        self._history_values: Carried[int] = Carried(4 * self.facts.max_histories)
         # (encoding, a text or the JSON of a tools list) -> tokens (``count_again``, ``count_tools``)
         self._texts: dict[tuple[str, object], int] = {}
         self._text_chars = 0

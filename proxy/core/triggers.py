@@ -22,10 +22,11 @@ measure is over ``soft_fraction`` of it (near includes fired). 0 disables a trig
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from proxy.core.carried import span_sum
+from proxy.core.carried import Carried, each, span_sum
 from proxy.core.conditions import Condition
 from proxy.core.interactions import Grouping
 from proxy.core.messages import is_error_result
@@ -98,11 +99,14 @@ def measure(
     tokens: int,
     sent_messages: int,
     context_window: int | None,
+    matched: Sequence[int] | None = None,
 ) -> Measures:
     """Measures of a prompt whose verbatim part starts at ``since`` (interactions from there on
     count as "since the last summary", an interaction ``since`` falls inside with its newer
-    part)."""
+    part). ``matched``: whether each message meets the conditions (``matching``), when known."""
     conditions = compile_conditions(trigger.conditions)
+    if conditions and matched is None:
+        matched = matching(messages, trigger.conditions)
     interactions = 0
     interaction_tokens = 0
     first = max(grouping.interaction_at(since), 0)
@@ -116,9 +120,7 @@ def measure(
         if end <= since:
             continue
         start = max(start, since)  # a summary may end between the rounds of an interaction
-        if conditions and not any(
-            all(c.matches(m) for c in conditions) for m in messages[start:end]
-        ):
+        if matched is not None and not any(matched[start:end]):
             continue
         interactions += 1
         interaction_tokens += span_sum(counts, start, end)
@@ -135,6 +137,24 @@ def measure(
         tools_succeeded=frozenset(succeeded),
         tools_failed=frozenset(failed),
     )
+
+
+def matching(
+    messages: Sequence[ChatMessage],
+    expressions: tuple[str, ...],
+    carried: Carried[int] | None = None,
+) -> list[int] | None:
+    """Whether each message meets every condition (None without conditions): evaluated once a
+    message, carried as the history grows (``carried``), not on every verdict of every request."""
+    if not expressions:
+        return None
+    conditions = compile_conditions(expressions)
+
+    def meets(message: ChatMessage) -> bool:
+        return all(c.matches(message) for c in conditions)
+
+    met: list[int] = each(carried, messages, ("conditions", expressions), meets)  # bools
+    return met
 
 
 def new_tool_results(messages: list[ChatMessage]) -> int:

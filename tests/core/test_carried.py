@@ -13,6 +13,7 @@ import pytest
 
 from proxy.core.carried import Carried, Summed, span_sum
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
+from proxy.core.conditions import Condition
 from proxy.core.facts import FactCache
 from proxy.core.interactions import group, strip_agent_summaries
 from proxy.core.pins import PINNED, pinned
@@ -249,3 +250,32 @@ def test_values_kept_together_are_compared_once_and_found_apart() -> None:
     assert carried.known_each(history[:2], ("b",)) == [[4, 5]]
     copied = [history[0], dict(history[1]), history[2]]  # equal, not the same objects
     assert carried.known_each(copied, ("a", "b", "c")) == [[], [], []]
+
+
+def test_a_triggers_conditions_are_evaluated_once_a_message_as_the_history_grows(
+    monkeypatch: pytest.MonkeyPatch, tiktoken_cache_dir: object
+) -> None:
+    """A long chat under ``conditions`` (long-chat.yaml): each verdict of each request asked
+    every message again; a message sent again keeps what it was found to be."""
+    evaluated: list[object] = []
+    matches = Condition.matches
+    monkeypatch.setattr(Condition, "matches", lambda c, m: evaluated.append(m) or matches(c, m))
+    policy = POLICIES[2]  # interaction_tokens under conditions
+    counter = TokenCounter(facts=FactCache(max_histories=3))
+    history = [system("p")]
+    for turn in range(30):
+        history = [*history, user(f"question {turn} " * 5), assistant(f"answer {turn}")]
+        whole = plan(history, policy, model="gpt-4o", counter=counter, model_info=None, prior=None)
+        evaluated.clear()
+        with counter.facts.request() as view:
+            made = plan(
+                history,
+                policy,
+                model="gpt-4o",
+                counter=counter.with_facts(view),
+                model_info=None,
+                prior=None,
+            )
+        assert made == whole, turn
+        if turn > 5:
+            assert {id(m) for m in evaluated} <= {id(m) for m in history[-2:]}, turn
