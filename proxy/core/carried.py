@@ -3,10 +3,11 @@
 A conversation's next request sends its history again with a few messages appended, and the
 messages taken from its last body are the very same Python objects (``proxy.core.resent``). A
 value computed from a message alone (its tokens, its digest in the checkpoint chain), or from
-the messages up to it (the running sum of their tokens), is then what it was: ``Carried`` keeps the values of the last lists it was given, found by their first
-message object, and a list whose first messages are *those objects* (identity, compared in C,
-never equality: ``1 == True`` but they count and hash apart) gets their values back and
-computes only the rest. Messages are never changed once parsed, and the list held keeps its
+the messages up to it (the running sum of their tokens), is then what it was: ``Carried``
+keeps the values of the last lists it was given, found by their first message object, and a
+list whose first messages are *those objects* (identity, compared in C, never equality:
+``1 == True`` but they count and hash apart) gets their values back and computes only the
+rest (``each``). Messages are never changed once parsed, and the list held keeps its
 objects alive, so no other object can take one of their ids meanwhile. Only a request's
 messages are carried (a parsed body is never changed): a caller's own list may change.
 

@@ -60,11 +60,12 @@ APPROX_BYTES_PER_TOKEN = 4
 # loop for ~70 ms even from a worker thread. Pieces keep each hold to ~3 ms, and the
 # transient list to a few MB instead of ~180.
 COUNT_PIECE_CHARS = 1 << 18
-# Texts counted again and again (a stored summary, weighed on each request of its conversation):
-# their counts are kept, bounded by texts and by the characters they hold.
+# Texts counted again and again (a stored summary, weighed on each request of its conversation;
+# an agent's tools, sent with every request): their counts are kept, bounded by texts and by the
+# characters they hold.
 KEPT_TEXTS = 256
-RUNNING = "running"  # the tag of the running sums carried beside a history's counts
 KEPT_TEXT_CHARS = 1 << 22
+RUNNING = "running"  # the tag of the running sums carried beside a history's counts
 
 Length = Callable[[str], int]
 
