@@ -2,13 +2,17 @@
 
 A conversation's next request sends its history again with a few messages appended, and the
 messages taken from its last body are the very same Python objects (``proxy.core.resent``). A
-value computed from a message alone (its tokens, its digest in the checkpoint chain) is then
-what it was: ``Carried`` keeps the values of the last lists it was given, found by their first
-message object, and a list whose first messages are *those objects* (identity, compared in C,
-never equality: ``1 == True`` but they count and hash apart) gets their values back and
-computes only the rest. Messages are never changed once parsed, and the list held keeps its
+value computed from a message alone (its tokens, its digest in the checkpoint chain), or from
+the messages up to it (the running sum of their tokens), is then what it was: ``Carried``
+keeps the values of the last lists it was given, found by their first message object, and a
+list whose first messages are *those objects* (identity, compared in C, never equality:
+``1 == True`` but they count and hash apart) gets their values back and computes only the
+rest (``each``). Messages are never changed once parsed, and the list held keeps its
 objects alive, so no other object can take one of their ids meanwhile. Only a request's
 messages are carried (a parsed body is never changed): a caller's own list may change.
+
+Values of several kinds kept together (``keep_each``: a history's counts and their running
+sums) hold one copy of the list, and are found with one comparison (``known_each``).
 
 Bounded by lists and by the messages they hold. Shared with worker threads: a lookup takes a
 reference, a store is made under a lock, and what is stored never changes.
@@ -18,11 +22,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from itertools import accumulate
 from operator import is_
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
+M = TypeVar("M")
 # Carrying pays past a few messages: a shorter list is computed whole (and its caller does not
 # enter this module: a plain small request does not).
 CARRY_FROM = 8
@@ -52,10 +58,35 @@ class Carried(Generic[V]):
             return []
         return values[: len(messages)]
 
+    def known_each(self, messages: Sequence[object], tags: Sequence[Hashable]) -> list[list[V]]:
+        """``known`` under each tag; the objects are compared once for the values that were
+        kept together (``keep_each``)."""
+        first = id(messages[0]) if messages else 0
+        compared: list[tuple[list[object], bool]] = []  # held here: no other list takes its id
+        found: list[list[V]] = []
+        for tag in tags:
+            last = self._lists.get((first, tag)) if messages else None
+            if last is None:
+                found.append([])
+                continue
+            held, values = last
+            same = next((same for other, same in compared if other is held), None)
+            if same is None:
+                same = all(map(is_, messages, held))
+                compared.append((held, same))
+            found.append(values[: len(messages)] if same else [])
+        return found
+
     def keep(self, messages: Sequence[object], values: list[V], tag: Hashable = None) -> None:
         """Carry ``values``, one per message, to the next list that begins with these."""
+        self.keep_each(messages, {tag: values})
+
+    def keep_each(self, messages: Sequence[object], values: dict[Hashable, list[V]]) -> None:
+        """``keep`` of the values under each tag, holding one copy of the list for all."""
         if messages and len(messages) <= self.max_messages and self.max_lists > 0:
-            self._store((id(messages[0]), tag), list(messages), values[:])
+            held = list(messages)
+            for tag, kept in values.items():
+                self._store((id(messages[0]), tag), held, kept[:])
 
     def _store(self, key: tuple[int, Hashable], messages: list[object], found: list[V]) -> None:
         with self._lock:
@@ -65,3 +96,42 @@ class Carried(Generic[V]):
             while len(self._lists) > self.max_lists or self._held > self.max_messages:
                 _, (dropped, _) = self._lists.popitem(last=False)
                 self._held -= len(dropped)
+
+
+def each(
+    carried: Carried[V] | None,
+    messages: Sequence[M],
+    tag: Hashable,
+    value: Callable[[M], V],
+) -> list[V]:
+    """``value`` of each message: those of the messages the last list (under ``tag``) held
+    taken from ``carried``, the rest computed (all of them without ``carried``, or for a list
+    shorter than ``CARRY_FROM``). ``value`` must depend on the message alone."""
+    if carried is None or len(messages) < CARRY_FROM:
+        return [value(m) for m in messages]
+    values = carried.known(messages, tag)
+    if len(values) < len(messages):
+        values += map(value, messages[len(values) :])
+        carried.keep(messages, values, tag)
+    return values
+
+
+class Summed(list[int]):
+    """Values per message (tokens) with their running sums, so that a span's sum costs two
+    lookups (``span_sum``) instead of a pass over the span. Never changed once made: a plan
+    holds its counts. ``running[i]`` is the sum of the first i values."""
+
+    __slots__ = ("running",)
+
+    def __init__(self, values: Iterable[int] = (), running: list[int] | None = None) -> None:
+        super().__init__(values)
+        self.running = list(accumulate(self, initial=0)) if running is None else running
+
+
+def span_sum(values: Sequence[int], start: int = 0, end: int | None = None) -> int:
+    """``sum(values[start:end])``, at once when ``values`` carries its running sums."""
+    if not isinstance(values, Summed):
+        return sum(values[start:end])
+    first, last, _ = slice(start, end).indices(len(values))
+    running = values.running
+    return running[last] - running[first] if last > first else 0

@@ -32,6 +32,7 @@ from itertools import accumulate, islice
 from operator import not_, sub
 from typing import TypeVar
 
+from proxy.core.carried import Summed, span_sum
 from proxy.core.summary_message import is_agent_summary
 from proxy.types import MessageView
 
@@ -100,12 +101,11 @@ class Grouping:
     def task_before(self, cut: int) -> int | None:
         """The user message sent again verbatim when a summary covers messages[:cut]: the first
         message of the interaction ``cut`` falls inside, when that is a user message."""
-        k = self.interaction_at(cut)
-        if k < 0 or cut >= self.total or self.starts[k] == cut:
+        starts = self.starts
+        k = bisect_right(starts, cut) - 1  # interaction_at, inlined: a deeper cut asks often
+        if k < 0 or cut >= self.total or starts[k] == cut or (k == 0 and not self.first_is_user):
             return None
-        if k == 0 and not self.first_is_user:
-            return None
-        return self.starts[k]
+        return starts[k]
 
     def sent_again(self, cut: int) -> tuple[int, ...]:
         """The messages before ``cut`` sent verbatim after the summary, in order: the pinned
@@ -125,11 +125,13 @@ class Grouping:
 
     def kept_tokens(self, counts: Sequence[int], cut: int) -> int:
         """Tokens of those messages (``counts``: each message's)."""
-        return sum(counts[cut:]) + sum(counts[i] for i in self.sent_again(cut))
+        return span_sum(counts, cut) + sum(counts[i] for i in self.sent_again(cut))
 
     def tokens_each(self, counts: Sequence[int]) -> tuple[int, ...]:
         """Each interaction's tokens: differences of the running sum at its bounds (in C)."""
-        running = list(accumulate(counts, initial=0))
+        running = (
+            counts.running if isinstance(counts, Summed) else list(accumulate(counts, initial=0))
+        )
         at = [running[i] for i in (*self.starts, self.total)]
         return tuple(map(sub, at[1:], at[:-1]))
 
@@ -157,7 +159,9 @@ class Groupings:
     def __init__(self, max_histories: int = 64, max_messages: int = 1 << 17) -> None:
         self.max_histories = max_histories
         self.max_messages = max_messages
-        self._scans: OrderedDict[int, _Scan] = OrderedDict()
+        # Each scan with its grouping: a history grouped again (planned twice in one request,
+        # or sent again) takes the very grouping (immutable) the last look made.
+        self._scans: OrderedDict[int, tuple[_Scan, Grouping]] = OrderedDict()
         self._held = 0  # messages the scans hold
         self._lock = threading.Lock()
 
@@ -166,24 +170,26 @@ class Groupings:
         if not messages or self.max_histories <= 0:
             return group(messages)
         key = id(messages[0])
-        last = self._scans.get(key)
+        found = self._scans.get(key)
+        last = None if found is None else found[0]
         # The messages it read must come first, equal (identical objects compare at C speed).
         if last is not None and (
             len(messages) < len(last.messages) or messages[: len(last.messages)] != last.messages
         ):
             last = None
-        if last is not None and len(messages) == len(last.messages):
-            return _grouping(last)  # the same history again: nothing new to read
+        if last is not None and found is not None and len(messages) == len(last.messages):
+            return found[1]  # the same history again: nothing new to read
         scan = _scan(messages, last)
+        grouping = _grouping(scan, None if last is None or found is None else found)
         if len(messages) <= self.max_messages:
             with self._lock:
                 old = self._scans.pop(key, None)
-                self._held += len(messages) - (0 if old is None else len(old.messages))
-                self._scans[key] = scan
+                self._held += len(messages) - (0 if old is None else len(old[0].messages))
+                self._scans[key] = (scan, grouping)
                 while len(self._scans) > self.max_histories or self._held > self.max_messages:
-                    _, dropped = self._scans.popitem(last=False)
+                    _, (dropped, _) = self._scans.popitem(last=False)
                     self._held -= len(dropped.messages)
-        return _grouping(scan)
+        return grouping
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,14 +263,15 @@ def _scan(messages: Sequence[MessageView], last: _Scan | None) -> _Scan:
     if new_links:
         # A call at i answered at j blocks every boundary b with i < b <= j; a new answer
         # (j past ``start``) can block an older boundary, an older one never a new boundary.
-        bounds = sorted({*starts, *round_ends})
         if new_links is links or len(new_links) > _MARKED_LINKS:
+            bounds = sorted({*starts, *round_ends})
             safety = _safe_cuts(links, bounds)
             blocked = frozenset(b for b, ok in zip(bounds, safety, strict=True) if not ok)
-        else:
+        else:  # the bounds between each new answer and its call, found in both lists (sorted)
             marked = set(blocked)
             for i, j in new_links:
-                marked.update(bounds[bisect_right(bounds, i) : bisect_right(bounds, j)])
+                for ends in (starts, round_ends):
+                    marked.update(ends[bisect_right(ends, i) : bisect_right(ends, j)])
             blocked = frozenset(marked)
     listed = messages if isinstance(messages, list) else list(messages)
     return _Scan(
@@ -286,20 +293,43 @@ def _round_end(roles: list[object], b: int) -> bool:
     return roles[b - 1] in _RESULT_ROLES and roles[b] not in _RESULT_ROLES
 
 
-def _grouping(scan: _Scan) -> Grouping:
+def _grouping(scan: _Scan, last: tuple[_Scan, Grouping] | None = None) -> Grouping:
+    """The grouping of ``scan``; ``last``: the scan it went on from, with its grouping, whose
+    safe starts and cuts stand while no new answer blocks a boundary before its end."""
     starts, blocked, total = scan.starts, scan.blocked, len(scan.roles)
-    safe = tuple(map(not_, map(blocked.__contains__, starts)))  # in C
-    # Every boundary not blocked: the safe starts, and the round ends before the last message.
-    cuts = sorted(set(starts).union(scan.closed).difference(blocked))
+    if last is not None and _stands(scan, last[0]):
+        old, k = last[1], len(last[1].starts)
+        new_starts = starts[k:]
+        safe = old.safe + tuple(map(not_, map(blocked.__contains__, new_starts)))
+        added = set(new_starts).union(scan.closed[len(last[0].closed) :]).difference(blocked)
+        cuts = old.cuts + tuple(sorted(added))
+        starts_of = old.starts + tuple(new_starts)
+    else:
+        safe = tuple(map(not_, map(blocked.__contains__, starts)))  # in C
+        # Every boundary not blocked: the safe starts, and the round ends before the last one.
+        cuts = tuple(sorted(set(starts).union(scan.closed).difference(blocked)))
+        starts_of = tuple(starts)
     first_is_user = bool(starts) and scan.roles[starts[0]] == "user"
     return Grouping(
         scan.preamble_len,
-        tuple(starts),
+        starts_of,
         total,
         safe,
-        tuple(cuts),
+        cuts,
         tuple(scan.round_ends),
         first_is_user,
+    )
+
+
+def _stands(scan: _Scan, last: _Scan) -> bool:
+    """Whether what ``last`` found before its end (its starts, closed rounds and blocked
+    boundaries) stands in ``scan``, which went on from it: not when all ``last`` read was
+    preamble, nor when a new answer blocks an older boundary."""
+    end = len(last.messages)
+    if last.preamble_len == end:
+        return False
+    return scan.blocked is last.blocked or all(
+        b >= end for b in scan.blocked.difference(last.blocked)
     )
 
 

@@ -8,10 +8,11 @@ part, then the hard budget (``cut_deeper``). Pure and synchronous.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
+from proxy.core.carried import Summed
 from proxy.core.interactions import Grouping
 from proxy.core.policy import PolicySettings
 from proxy.core.summary_message import render_summary_message
@@ -201,15 +202,36 @@ def cut_deeper(grouping: Grouping, counts: list[int], cut: int, budget: int) -> 
     i = bisect_left(cuts, cut)
     tail = grouping.kept_tokens(counts, cut)
     position = cut
+    if (
+        isinstance(counts, Summed)
+        and cuts
+        and not grouping.pinned
+        and budget < tail
+        and cut < deepest
+    ):
+        # Every cut whose messages alone exceed the budget is walked past: start at the first
+        # that does not (found by the running sums), unless the deepest comes before it.
+        floor = counts.running[-1] - budget
+        j = bisect_left(cuts, floor, lo=bisect_right(cuts, cut), key=counts.running.__getitem__)
+        j = min(j, bisect_left(cuts, deepest), len(cuts) - 1)
+        if cuts[j] > cut:
+            i, position = j, cuts[j]
+            tail = grouping.kept_tokens(counts, position)
     pins = set(grouping.pinned)
+    task = grouping.task_tokens(counts, position, pins)  # the task sent again at ``position``
     while position < deepest and i < len(cuts):
         if tail <= budget:
             break
         if cuts[i] <= position:
             i += 1
             continue
-        tail += grouping.task_tokens(counts, cuts[i], pins)
-        tail -= grouping.task_tokens(counts, position, pins)
-        tail -= sum(counts[j] for j in range(position, cuts[i]) if j not in pins)
-        position = cuts[i]
+        deeper = cuts[i]
+        tail -= task
+        task = grouping.task_tokens(counts, deeper, pins)
+        tail += task
+        if pins:
+            tail -= sum(counts[j] for j in range(position, deeper) if j not in pins)
+        else:
+            tail -= sum(counts[position:deeper])
+        position = deeper
     return position

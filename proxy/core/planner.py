@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from proxy.core.carried import CARRY_FROM
+from proxy.core.carried import each, span_sum
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
 from proxy.core.interactions import Grouping, strip_agent_summaries
@@ -60,7 +60,7 @@ from proxy.core.plan import (
 from proxy.core.policy import KeepSettings, ModelInfo, PolicySettings
 from proxy.core.summary_message import DEFAULT_MAX_CHARS, is_agent_summary, render_summary_message
 from proxy.core.tokens import REPLY_PRIMING, TokenCounter
-from proxy.core.triggers import Verdict, evaluate, measure
+from proxy.core.triggers import Verdict, evaluate, matching, measure
 from proxy.types import ChatMessage
 
 FORCED = "forced"
@@ -106,7 +106,7 @@ def plan(
             grouping = replace(grouping, pinned=found)
     fixed = REPLY_PRIMING + counter.count_tools(tools, model)
     source_counts = counter.history_counts(source, model)
-    tokens_before = sum(source_counts) + fixed
+    tokens_before = span_sum(source_counts) + fixed
     # A summary in use replaces what it covers: stubs are batched on what is sent after it, so
     # each batch saves its threshold where the provider bills it (and stays byte-stable until
     # the next summary, which moves the prefix anyway).
@@ -196,19 +196,21 @@ class _Measured:
         """The triggers, measured on ``head`` + the task message (when ``since`` falls inside
         its interaction) + working[since:]: the prompt as it would be sent."""
         ctx, grouping = self.ctx, self.grouping
+        trigger = ctx.policy.trigger
         found = measure(
             ctx.working,
             ctx.counts,
             grouping,
-            ctx.policy.trigger,
+            trigger,
             since=since,
             tokens=sum(ctx.counter.per_message(head, ctx.model))
             + grouping.kept_tokens(ctx.counts, since)
             + ctx.fixed_tokens,
             sent_messages=len(head) + len(grouping.sent_again(since)) + len(ctx.working) - since,
             context_window=self.window,
+            matched=matching(ctx.working, trigger.conditions, ctx.counter.carried),
         )
-        result = evaluate(ctx.policy.trigger, found, soft_fraction=ctx.policy.soft_fraction)
+        result = evaluate(trigger, found, soft_fraction=ctx.policy.soft_fraction)
         if self.force:
             result = replace(result, fired=(*result.fired, FORCED), near=(*result.near, FORCED))
         if self.fire:
@@ -239,7 +241,7 @@ class _Measured:
         if self.force:
             cut = grouping.start_of(grouping.safe_at_or_before(len(grouping) - 1))
             if ctx.budget:  # the newest rounds that leave room for the summary
-                room = int(ctx.budget * RESCUE_VERBATIM_SHARE) - sum(ctx.counts[:preamble])
+                room = int(ctx.budget * RESCUE_VERBATIM_SHARE) - span_sum(ctx.counts, 0, preamble)
                 room -= ctx.fixed_tokens
                 cut = cut_deeper(grouping, ctx.counts, max(cut, floor), room)
             elif cut <= floor:  # one long interaction: everything but its task and newest round
@@ -359,15 +361,12 @@ _STRATEGIES: dict[str, Callable[[_Measured, PriorSummary | None], _Decision]] = 
 def _marked(messages: list[ChatMessage], final_prompt: str | None, counter: TokenCounter) -> bool:
     """Whether a message is a summary of ours echoed back (stripped) or one a dialect pinned
     (``PINNED``): a mark per message, carried as the history grows (most hold none)."""
-    carried, tag = counter.carried if len(messages) >= CARRY_FROM else None, ("marks", final_prompt)
-    marks = [] if carried is None else carried.known(messages, tag)
-    if len(marks) < len(messages):
-        ours = partial(is_agent_summary, final_prompt=final_prompt)
-        marks += [
-            (m.get("role") == "system" and ours(m)) or PINNED in m for m in messages[len(marks) :]
-        ]
-        if carried is not None:
-            carried.keep(messages, marks, tag)
+    ours = partial(is_agent_summary, final_prompt=final_prompt)
+
+    def mark(m: ChatMessage) -> bool:
+        return (m.get("role") == "system" and ours(m)) or PINNED in m
+
+    marks: list[int] = each(counter.carried, messages, ("marks", final_prompt), mark)  # bools
     return any(marks)
 
 
@@ -389,7 +388,7 @@ def _smaller(m: _Measured, head: list[ChatMessage], cut: int) -> bool:
     preamble = grouping.preamble_len
     added = sum(ctx.counter.per_message(head[preamble:], ctx.model))
     added += sum(ctx.counts[i] for i in grouping.sent_again(cut))
-    return added < sum(m.source_counts[preamble:cut])
+    return added < span_sum(m.source_counts, preamble, cut)
 
 
 def _counts_whole_turns(keep: KeepSettings, window: int | None) -> bool:

@@ -22,13 +22,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
+from functools import partial
+from itertools import accumulate
 from typing import Any
 
+import orjson
 import tiktoken
 
-from proxy.core.carried import CARRY_FROM, Carried
+from proxy.core.carried import CARRY_FROM, Carried, Summed
 from proxy.core.facts import FactCache, FactLookup, Facts
 from proxy.core.interactions import Groupings
 from proxy.core.policy import ModelInfo
@@ -56,6 +60,12 @@ APPROX_BYTES_PER_TOKEN = 4
 # loop for ~70 ms even from a worker thread. Pieces keep each hold to ~3 ms, and the
 # transient list to a few MB instead of ~180.
 COUNT_PIECE_CHARS = 1 << 18
+# Texts counted again and again (a stored summary, weighed on each request of its conversation;
+# an agent's tools, sent with every request): their counts are kept, bounded by texts and by the
+# characters they hold.
+KEPT_TEXTS = 256
+KEPT_TEXT_CHARS = 1 << 22
+RUNNING = "running"  # the tag of the running sums carried beside a history's counts
 
 Length = Callable[[str], int]
 
@@ -124,8 +134,16 @@ class TokenCounter:
         self._fallbacks: set[str] = set()  # encodings approximated (shared with request views)
         # How the last histories split into interactions, read on as they grow (the planner's).
         self.groupings = Groupings(self.facts.max_histories)
-        # The planner's counts and marks of the last histories (``carried``): two lists each.
-        self._history_values: Carried[int] = Carried(2 * self.facts.max_histories)
+        # The planner's counts, their running sums, marks and the messages meeting a trigger's
+        # conditions, of the last histories (``carried``): up to four lists each.
+        self._history_values: Carried[int] = Carried(4 * self.facts.max_histories)
+        # (encoding, a text or the JSON of a tools list) -> tokens (``count_again``, ``count_tools``)
+        self._texts: dict[tuple[str, object], int] = {}
+        self._text_chars = 0
+        self._texts_lock = threading.Lock()
+        # The last request's tools (the object), their encoding and count: a request plans
+        # them more than once (a parsed body never changes; views share this list).
+        self._last_tools: list[tuple[object, str, int] | None] = [None]
 
     def with_facts(self, facts: FactLookup) -> TokenCounter:
         """This counter, looking messages up through ``facts`` (a request's view of
@@ -196,6 +214,26 @@ class TokenCounter:
     def count_text(self, text: str, model: str) -> int:
         return self._length(self.encoding_name(model))(text)
 
+    def count_again(self, text: str, model: str) -> int:
+        """``count_text`` of a text that is counted again on later requests (a conversation's
+        stored summary): kept by its value, a string counting as any equal string does."""
+        encoding = self.encoding_name(model)
+        return self._kept((encoding, text), len(text), lambda: self._length(encoding)(text))
+
+    def _kept(self, key: tuple[str, object], size: int, count: Callable[[], int]) -> int:
+        """The count kept under ``key`` (``size``: the characters it holds), else ``count()``."""
+        tokens = self._texts.get(key)
+        if tokens is None:
+            tokens = count()
+            with self._texts_lock:
+                if len(self._texts) >= KEPT_TEXTS or self._text_chars + size > KEPT_TEXT_CHARS:
+                    self._texts.clear()
+                    self._text_chars = 0
+                if size <= KEPT_TEXT_CHARS:
+                    self._texts[key] = tokens
+                    self._text_chars += size
+        return tokens
+
     def count_encoded(self, text: str, encoding: str) -> int:
         """``count_text`` for a model whose encoding (``encoding_name``) is known already."""
         return self._length(encoding)(text)
@@ -231,26 +269,49 @@ class TokenCounter:
     def history_counts(self, messages: Sequence[MessageView], model: str) -> list[int]:
         """``per_message`` of a conversation's history: only the messages past those the last
         history that began with the same message object held (the very objects) are looked
-        up (``carried``); the rest are its counts."""
+        up (``carried``); the rest are its counts, and their running sums (``Summed``: the
+        planner sums spans of the history many times a request)."""
         encoding = self.encoding_name(model)
         carried = self.carried
         if carried is None or len(messages) < CARRY_FROM:
             return self._counts(messages, encoding)
-        counts = carried.known(messages, encoding)
-        if len(counts) < len(messages):
-            counts += self._counts(messages[len(counts) :], encoding)
-            carried.keep(messages, counts, encoding)
-        return counts
+        tags = (encoding, (encoding, RUNNING))  # the counts, and the sum through each message
+        counts, running = carried.known_each(messages, tags)
+        known = min(len(counts), len(running))  # dropped apart, at times
+        del counts[known:], running[known:]
+        if known < len(messages):
+            added = self._counts(messages[known:], encoding)
+            counts += added
+            running += list(accumulate(added, initial=running[-1] if running else 0))[1:]
+            carried.keep_each(messages, dict(zip(tags, (counts, running), strict=True)))
+        return Summed(counts, [0, *running])
 
     def count_messages(self, messages: Sequence[MessageView], model: str) -> int:
         """What the prompt costs: every message plus the reply priming."""
         return sum(self.per_message(messages, model)) + REPLY_PRIMING
 
     def count_tools(self, tools: object, model: str) -> int:
-        """Estimate of the ``tools`` schemas (see the module docstring); 0 without tools."""
+        """Estimate of the ``tools`` schemas (see the module docstring); 0 without tools.
+        Kept by the tools' JSON text: an agent sends the same tools on every request, tens of
+        KB of schemas and descriptions, and each request plans them once or more."""
         if not isinstance(tools, list) or not tools:
             return 0
-        length = self._length(self.encoding_name(model))
+        encoding = self.encoding_name(model)
+        request = self._lookup is not self.facts  # a parsed body's tools, never changed
+        last = self._last_tools[0]
+        if request and last is not None and last[0] is tools and last[1] == encoding:
+            return last[2]
+        key = _tools_key(tools)
+        if key is None:
+            return self._count_tools(tools, encoding)
+        count = partial(self._count_tools, tools, encoding)
+        tokens = self._kept((encoding, key), len(key[1]), count)
+        if request:
+            self._last_tools[0] = (tools, encoding, tokens)
+        return tokens
+
+    def _count_tools(self, tools: list[Any], encoding: str) -> int:
+        length = self._length(encoding)
         total = TOOLS_BASE_TOKENS
         for tool in tools:
             spec = tool.get("function", tool) if isinstance(tool, dict) else {}
@@ -267,6 +328,22 @@ class TokenCounter:
                     ) from exc
                 total += length(schema)
         return total
+
+
+def _tools_key(tools: list[Any]) -> tuple[str, bytes | str] | None:
+    """The tools' exact JSON text: equal texts count alike. orjson's, unless it may have
+    written a NaN as ``null`` (then, and for what orjson refuses, the standard library's, keys
+    sorted as the schemas are counted); None when neither writes them (counted, not kept)."""
+    try:
+        raw = orjson.dumps(tools)
+        if b"null" not in raw:
+            return ("tools", raw)
+    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
+        pass
+    try:
+        return ("text", json.dumps(tools, sort_keys=True))
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def _message_tokens(message: MessageView, length: Length) -> int:

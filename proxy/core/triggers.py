@@ -22,9 +22,11 @@ measure is over ``soft_fraction`` of it (near includes fired). 0 disables a trig
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from proxy.core.carried import Carried, each, span_sum
 from proxy.core.conditions import Condition
 from proxy.core.interactions import Grouping
 from proxy.core.messages import is_error_result
@@ -97,11 +99,14 @@ def measure(
     tokens: int,
     sent_messages: int,
     context_window: int | None,
+    matched: Sequence[int] | None = None,
 ) -> Measures:
     """Measures of a prompt whose verbatim part starts at ``since`` (interactions from there on
     count as "since the last summary", an interaction ``since`` falls inside with its newer
-    part)."""
+    part). ``matched``: whether each message meets the conditions (``matching``), when known."""
     conditions = compile_conditions(trigger.conditions)
+    if conditions and matched is None:
+        matched = matching(messages, trigger.conditions)
     interactions = 0
     interaction_tokens = 0
     first = max(grouping.interaction_at(since), 0)
@@ -109,18 +114,16 @@ def measure(
         # Every interaction from ``first`` on counts, and their tokens run from ``since`` (or
         # the first one's start) to the end: one sum in C, not a loop over interactions.
         interactions = len(grouping) - first
-        interaction_tokens = sum(counts[max(since, grouping.starts[first]) : grouping.total])
+        interaction_tokens = span_sum(counts, max(since, grouping.starts[first]), grouping.total)
     for k in range(first, len(grouping) if conditions else 0):
         start, end = grouping.span(k)
         if end <= since:
             continue
         start = max(start, since)  # a summary may end between the rounds of an interaction
-        if conditions and not any(
-            all(c.matches(m) for c in conditions) for m in messages[start:end]
-        ):
+        if matched is not None and not any(matched[start:end]):
             continue
         interactions += 1
-        interaction_tokens += sum(counts[start:end])
+        interaction_tokens += span_sum(counts, start, end)
     succeeded: set[ToolCall] = set()
     failed: set[ToolCall] = set()
     if trigger.on_tool_success or trigger.on_tool_error:
@@ -134,6 +137,24 @@ def measure(
         tools_succeeded=frozenset(succeeded),
         tools_failed=frozenset(failed),
     )
+
+
+def matching(
+    messages: Sequence[ChatMessage],
+    expressions: tuple[str, ...],
+    carried: Carried[int] | None = None,
+) -> list[int] | None:
+    """Whether each message meets every condition (None without conditions): evaluated once a
+    message, carried as the history grows (``carried``), not on every verdict of every request."""
+    if not expressions:
+        return None
+    conditions = compile_conditions(expressions)
+
+    def meets(message: ChatMessage) -> bool:
+        return all(c.matches(message) for c in conditions)
+
+    met: list[int] = each(carried, messages, ("conditions", expressions), meets)  # bools
+    return met
 
 
 def new_tool_results(messages: list[ChatMessage]) -> int:
@@ -154,11 +175,18 @@ def _tool_outcomes(
     start = new_tool_results(messages)
     if start == len(messages):
         return
-    calls: dict[str, ToolCall] = {}
     compiled = re.compile(pattern)
-    for message in messages[:start]:  # the calls these results answer
+    # The calls these results answer: the latest call of each id, found from the newest
+    # message back (mostly the one before them), not read out of every message of the history.
+    wanted = {str(message.get("tool_call_id")) for message in messages[start:]}
+    calls: dict[str, ToolCall] = {}
+    for message in reversed(messages[:start]):
         if message.get("role") == "assistant":
-            calls.update(calls_of(message))
+            for call_id, made in calls_of(message).items():
+                if call_id in wanted:
+                    calls.setdefault(call_id, made)
+            if len(calls) == len(wanted):
+                break
     for message in messages[start:]:
         call = calls.get(str(message.get("tool_call_id")))
         name = message.get("name")

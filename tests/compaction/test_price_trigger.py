@@ -13,15 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
+
+import pytest
 
 from proxy import wirejson
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.decision import Decision, Incoming
+from proxy.compaction.money.paying import _summary_reads
+from proxy.core.facts import FactCache
+from proxy.core.plan import PriorSummary
+from proxy.core.planner import plan
+from proxy.core.policy import KeepSettings, PolicySettings, TriggerSettings
+from proxy.core.tokens import TokenCounter
 from proxy.dialects.chat_completions import CHAT
 from proxy.events import Listeners
 from proxy.types import HeaderView
 from tests.compaction.test_decide import Body
 from tests.compaction.test_decide import compactor as shared_compactor
+from tests.core.test_carried import _histories
 
 # gpt-4.1's prices, a window the conversation never nears: only the price trigger can fire.
 CONFIG = """
@@ -407,3 +417,31 @@ def test_the_default_floor_weighs_a_conversation_from_20k_tokens(tiktoken_files:
         )
     )
     assert "applied" in outcomes, outcomes
+
+
+@pytest.mark.parametrize("pin", [(), ('role == "user"',)])
+def test_what_a_summary_reads_is_counted_from_the_planners_counts(
+    pin: tuple[str, ...], tiktoken_files: object
+) -> None:
+    """The summary a candidate asks for is weighed by the counts the planner carried, less
+    the pinned messages (a dialect's or the policy's): what counting its messages gives."""
+    policy = PolicySettings(
+        trigger=TriggerSettings(context_fraction=0, messages=6),
+        keep=KeepSettings(interactions=1),
+        pin=pin,
+    )
+    counter = TokenCounter(facts=FactCache(max_histories=3))
+    rng = random.Random(3)
+    asked = 0
+    for history in _histories(19, 300):
+        prior = PriorSummary("earlier", rng.randint(1, len(history)), "cp")
+        with counter.facts.request() as facts:
+            view = counter.with_facts(facts)
+            made = plan(history, policy, model="gpt-4o", counter=view, model_info=None, prior=prior)
+            wanted = made.summary_request
+            if wanted is None:
+                continue
+            asked += 1
+            expected = counter.count_messages(list(wanted.messages), "gpt-4o")
+            assert _summary_reads(made, wanted, view, "gpt-4o") == expected
+    assert asked > 100

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import TypeVar
 
 import pytest
 
-from proxy.core.carried import Carried
+from proxy.core.carried import Carried, Summed, span_sum
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
+from proxy.core.conditions import Condition
 from proxy.core.facts import FactCache
 from proxy.core.interactions import group, strip_agent_summaries
 from proxy.core.pins import PINNED, pinned
@@ -213,3 +215,67 @@ def test_triggers_measure_as_their_loop_over_interactions_does(counter: TokenCou
             for conditions in ((), every)
         ]
         assert found[0] == found[1], (since, grouping)
+
+
+@pytest.mark.parametrize("max_lists", [64, 5])  # 5: a history's counts and sums dropped apart
+def test_running_sums_carried_are_those_of_the_whole_counts(
+    max_lists: int, counter: TokenCounter
+) -> None:
+    """A history's counts come with the running sums of its counts, carried beside them; any
+    span sums as the slice does."""
+    carrying = TokenCounter(facts=FactCache(max_histories=3))
+    carrying._history_values = Carried(max_lists=max_lists)
+    rng = random.Random(21)
+    for step, history in enumerate(_histories(23, 400)):
+        with carrying.facts.request() as view:
+            counts = carrying.with_facts(view).history_counts(history, "gpt-4o")
+        whole = counter.per_message(history, "gpt-4o")
+        assert counts == whole, step
+        if len(history) >= 8:  # carried from there on (CARRY_FROM)
+            assert isinstance(counts, Summed)
+            assert counts.running == list(accumulate(whole, initial=0)), step
+        for _ in range(5):
+            start = rng.choice([None, rng.randint(-len(history) - 2, len(history) + 2)])
+            end = rng.choice([None, rng.randint(-len(history) - 2, len(history) + 2)])
+            assert span_sum(counts, start or 0, end) == sum(whole[start:end]), (step, start, end)
+
+
+def test_values_kept_together_are_compared_once_and_found_apart() -> None:
+    carried: Carried[int] = Carried(max_lists=3)
+    history = [system("p"), user("go"), assistant("ok")]
+    carried.keep_each(history, {"a": [1, 2, 3], "b": [4, 5, 6]})
+    carried.keep(history, [7, 8, 9], "c")
+    grown = [*history, user("more")]
+    assert carried.known_each(grown, ("a", "b", "c", "d")) == [[1, 2, 3], [4, 5, 6], [7, 8, 9], []]
+    assert carried.known_each(history[:2], ("b",)) == [[4, 5]]
+    copied = [history[0], dict(history[1]), history[2]]  # equal, not the same objects
+    assert carried.known_each(copied, ("a", "b", "c")) == [[], [], []]
+
+
+def test_a_triggers_conditions_are_evaluated_once_a_message_as_the_history_grows(
+    monkeypatch: pytest.MonkeyPatch, tiktoken_cache_dir: object
+) -> None:
+    """A long chat under ``conditions`` (long-chat.yaml): each verdict of each request asked
+    every message again; a message sent again keeps what it was found to be."""
+    evaluated: list[object] = []
+    matches = Condition.matches
+    monkeypatch.setattr(Condition, "matches", lambda c, m: evaluated.append(m) or matches(c, m))
+    policy = POLICIES[2]  # interaction_tokens under conditions
+    counter = TokenCounter(facts=FactCache(max_histories=3))
+    history = [system("p")]
+    for turn in range(30):
+        history = [*history, user(f"question {turn} " * 5), assistant(f"answer {turn}")]
+        whole = plan(history, policy, model="gpt-4o", counter=counter, model_info=None, prior=None)
+        evaluated.clear()
+        with counter.facts.request() as view:
+            made = plan(
+                history,
+                policy,
+                model="gpt-4o",
+                counter=counter.with_facts(view),
+                model_info=None,
+                prior=None,
+            )
+        assert made == whole, turn
+        if turn > 5:
+            assert {id(m) for m in evaluated} <= {id(m) for m in history[-2:]}, turn

@@ -87,7 +87,40 @@ def test_the_histories_kept_are_bounded_by_count_and_by_messages() -> None:
     assert len(groupings._scans) == 3 and groupings._held == 33
     big = [system("big"), *(user(f"b{i}") for i in range(45))]
     assert groupings.group(big) == group(big)
-    assert groupings._held <= 50 and list(groupings._scans.values())[-1].messages is big
+    assert groupings._held <= 50 and list(groupings._scans.values())[-1][0].messages is big
     huge = [system("huge"), *(user(f"h{i}") for i in range(60))]
     assert groupings.group(huge) == group(huge)  # grouped, but past the bound: not kept
-    assert all(scan.messages is not huge for scan in groupings._scans.values())
+    assert all(scan.messages is not huge for scan, _ in groupings._scans.values())
+
+
+def test_a_history_grouped_again_takes_the_grouping_made_before() -> None:
+    """Planned twice in one request (the price trigger's candidate), or sent again: the
+    grouping is not built again; one message more, or one edited, is read again."""
+    groupings = Groupings()
+    history = [system("p"), user("go"), assistant("ok"), user("more")]
+    first = groupings.group(history)
+    assert groupings.group(history) is first
+    assert groupings.group([*history]) is first  # the same objects in another list
+    grown = [*history, assistant("done")]
+    assert groupings.group(grown) is not first and groupings.group(grown) == group(grown)
+    edited = [*history[:-1], assistant("instead")]
+    assert groupings.group(edited) == group(edited) != first
+
+
+def test_an_answer_that_blocks_an_older_boundary_groups_as_a_whole() -> None:
+    """The cuts and safe starts found before stand, as the history grows, until a new answer
+    lies across one of them (a late tool result, after the next user message)."""
+    call = {"id": "late", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = [
+        system("p"),
+        user("go"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    history += [user("meanwhile"), assistant("ok"), user("and")]
+    groupings = Groupings()
+    assert groupings.group(history) == group(history)
+    grown = [*history, tool("late", "done")]  # blocks the starts before it
+    assert groupings.group(grown) == group(grown)
+    assert not groupings.group(grown).safe[1]
+    more = [*grown, assistant("fine"), user("next")]
+    assert groupings.group(more) == group(more)

@@ -4,12 +4,18 @@ results are stubbed, each compaction leaves room to grow, and the plan says what
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from typing import Any
 
+from proxy.core.carried import Summed
 from proxy.core.headroom import KEPT_SHARE
+from proxy.core.interactions import Grouping, group
+from proxy.core.plan import cut_deeper
 from proxy.core.planner import Plan, PriorSummary, plan
 from proxy.core.policy import PolicySettings
 from proxy.core.tokens import TokenCounter
+from tests.core.test_carried import _histories
 from tests.support.agent_history import (
     CODING_AGENT,
     LARGE_PROMPT_AGENT,
@@ -124,3 +130,40 @@ def test_a_lower_price_floor_keeps_as_much_of_the_newest_work(counter: TokenCoun
         return planned.grouping.kept_tokens(ctx.counts, planned.summary_request.covered)
 
     assert kept(20_000) == kept(32_000) > 5_000
+
+
+def _cut_deeper_step_by_step(grouping: Grouping, counts: list[int], cut: int, budget: int) -> int:
+    """``cut_deeper`` as first written: the task's tokens and the messages passed, recounted
+    at every step."""
+    cuts, deepest = grouping.cuts, grouping.last_cut()
+    i, tail, position, pins = 0, grouping.kept_tokens(counts, cut), cut, set(grouping.pinned)
+    while i < len(cuts) and cuts[i] < cut:
+        i += 1
+    while position < deepest and i < len(cuts) and tail > budget:
+        if cuts[i] <= position:
+            i += 1
+            continue
+        tail += grouping.task_tokens(counts, cuts[i], pins)
+        tail -= grouping.task_tokens(counts, position, pins)
+        tail -= sum(counts[j] for j in range(position, cuts[i]) if j not in pins)
+        position = cuts[i]
+    return position
+
+
+def test_a_deeper_cut_falls_where_a_step_by_step_walk_puts_it() -> None:
+    """Pinned messages and the task sent again included, the walk that carries the task's
+    tokens from step to step, and the one that skips what cannot fit, stop at the cut the
+    first walk stopped at."""
+    rng = random.Random(23)
+    for step, history in enumerate(_histories(29, 300)):
+        grouping = group(history)
+        if rng.random() < 0.5:
+            pinned = sorted(rng.sample(range(len(history)), min(3, len(history))))
+            grouping = replace(grouping, pinned=tuple(pinned))
+        counts = [rng.randint(1, 400) for _ in history]
+        for cut in (*grouping.cuts, grouping.preamble_len):
+            budget = rng.randint(0, sum(counts))
+            expected = _cut_deeper_step_by_step(grouping, counts, cut, budget)
+            assert cut_deeper(grouping, counts, cut, budget) == expected, step
+            # With running sums, the cuts whose messages alone exceed the budget are skipped.
+            assert cut_deeper(grouping, Summed(counts), cut, budget) == expected, step

@@ -7,12 +7,16 @@ import logging
 import pytest
 import tiktoken
 
+from proxy import wirejson
 from proxy.config.settings import Settings
+from proxy.core import tokens as tokens_module
 from proxy.core.policy import ModelInfo
 from proxy.core.tokens import (
     COUNT_PIECE_CHARS,
     IMAGE_HIGH_TOKENS,
     IMAGE_LOW_TOKENS,
+    KEPT_TEXT_CHARS,
+    KEPT_TEXTS,
     TokenCounter,
     lookup_model,
 )
@@ -209,3 +213,100 @@ def test_a_long_text_counted_in_pieces_counts_as_the_whole(
     assert len(text) > COUNT_PIECE_CHARS
     whole = len(tiktoken.get_encoding("o200k_base").encode_ordinary(text))
     assert counter.count_text(text, "gpt-4o") == whole
+
+
+def test_a_text_counted_again_is_tokenized_once_and_the_kept_counts_are_bounded() -> None:
+    """A stored summary is weighed on every request of its conversation: counted once, kept by
+    its value (per encoding), within a bound on texts and characters."""
+    encoded: list[str] = []
+
+    class Words:
+        def encode_ordinary(self, text: str) -> list[str]:
+            encoded.append(text)
+            return text.split()
+
+    counter = TokenCounter(
+        {"small-*": ModelInfo(context_window=1000, encoding="cl100k_base")},
+        load_encoding=lambda name: Words(),
+    )
+    summary = "the user asked for a refactor " * 20
+    assert counter.count_again(summary, "gpt-4o") == counter.count_text(summary, "gpt-4o")
+    encoded.clear()
+    again = summary[:10] + summary[10:]  # equal, another object: as a record read again
+    assert again is not summary
+    assert counter.count_again(again, "gpt-4o") == 120
+    assert encoded == []
+    with counter.facts.request() as facts:  # a request's view shares what is kept
+        assert counter.with_facts(facts).count_again(summary, "gpt-4o") == 120
+    assert encoded == []
+    assert counter.count_again(summary, "small-1") == 120  # another encoding: counted
+    assert encoded == [summary]
+    for i in range(KEPT_TEXTS + 10):
+        assert counter.count_again(f"text {i}", "gpt-4o") == 2
+    assert len(counter._texts) <= KEPT_TEXTS
+    big = "word " * (KEPT_TEXT_CHARS // 5 + 1)
+    assert counter.count_again(big, "gpt-4o") == KEPT_TEXT_CHARS // 5 + 1
+    assert counter._text_chars <= KEPT_TEXT_CHARS
+
+
+def test_tools_sent_again_are_counted_once_by_their_exact_json() -> None:
+    """An agent sends the same tools on every request: counted once, kept by their JSON text,
+    so that equal tools in new objects cost no tokenizer work, and tools that differ in any
+    way their count sees (a NaN where another has null, 1 where another has 1.0) are counted."""
+    encoded: list[str] = []
+
+    class Words:
+        def encode_ordinary(self, text: str) -> list[str]:
+            encoded.append(text)
+            return text.split()
+
+    counter = TokenCounter(load_encoding=lambda name: Words())
+
+    def tools(description: str, bound: object = 1) -> list[dict]:
+        schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": bound}}}
+        return [
+            {
+                "type": "function",
+                "function": {"name": "f", "description": description, "parameters": schema},
+            }
+        ]
+
+    first = counter.count_tools(tools("reads a file"), "gpt-4o")
+    assert encoded
+    encoded.clear()
+    assert counter.count_tools(tools("reads a file"), "gpt-4o") == first  # new objects
+    assert encoded == []
+    assert counter.count_tools(tools("reads a file or two"), "gpt-4o") == first + 2
+
+    class Characters:  # "NaN" and "null" count apart
+        def encode_ordinary(self, text: str) -> list[str]:
+            return list(text)
+
+    counter = TokenCounter(load_encoding=lambda name: Characters())
+    whole = TokenCounter(load_encoding=lambda name: Characters())  # nothing kept: asked apart
+    for bound in (1, 1.0, None, float("nan"), wirejson.NonFinite("nan"), float("inf"), 1):
+        expected = whole._count_tools(tools("x", bound), "o200k_base")
+        assert counter.count_tools(tools("x", bound), "gpt-4o") == expected, bound
+    kept = len(counter._texts)
+    assert counter.count_tools(tools("x", float("nan")), "gpt-4o")
+    assert len(counter._texts) == kept  # written alike each time: kept once
+
+
+def test_a_requests_tools_are_written_once_however_often_it_plans_them(
+    monkeypatch: pytest.MonkeyPatch, counter: TokenCounter
+) -> None:
+    """Through a request's view (a parsed body, never changed) the same tools object is not
+    written again to be looked up; a caller's own list, changed in place, is counted again."""
+    written: list[object] = []
+    key = tokens_module._tools_key
+    monkeypatch.setattr(tokens_module, "_tools_key", lambda tools: written.append(1) or key(tools))
+    tools = [{"type": "function", "function": {"name": "f", "description": "reads a file"}}]
+    with counter.facts.request() as facts:
+        view = counter.with_facts(facts)
+        first = view.count_tools(tools, "gpt-4o")
+        assert view.count_tools(tools, "gpt-4o") == first
+        assert counter.with_facts(facts).count_tools(tools, "gpt-4o") == first
+    assert len(written) == 1
+    assert counter.count_tools(tools, "gpt-4o") == first and len(written) == 2
+    tools[0]["function"]["description"] = "reads a file, then another, then a third"
+    assert counter.count_tools(tools, "gpt-4o") > first

@@ -8,15 +8,20 @@ as those agents record them."""
 from __future__ import annotations
 
 import json
+import random
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from proxy.config.settings import parse_settings
+from proxy.core.messages import is_error_result
 from proxy.core.planner import plan
 from proxy.core.policy import PolicySettings, TriggerSettings
 from proxy.core.tokens import TokenCounter
+from proxy.core.tool_calls import ToolCall, calls_of
+from proxy.core.triggers import _tool_outcomes, new_tool_results
 from proxy.dialects.anthropic_messages import AnthropicMessages
 from proxy.errors import ConfigError
 from tests.support.messages import assistant, tool, user
@@ -157,3 +162,60 @@ def test_an_error_result_of_a_build_fires_on_tool_error_whatever_its_text(
     assert claude_code_outcome("npm run build", "src/app.ts: TS2304", is_error=True) == (
         "on_tool_error",
     )
+
+
+def _outcomes_read_forward(messages: list[dict], pattern: str) -> tuple[set, set]:
+    """What the new results' outcomes were when every call of the history was read first."""
+    start = new_tool_results(messages)
+    succeeded: set = set()
+    failed: set = set()
+    if start == len(messages):
+        return succeeded, failed
+    calls: dict = {}
+    for message in messages[:start]:
+        if message.get("role") == "assistant":
+            calls.update(calls_of(message))
+    for message in messages[start:]:
+        call = calls.get(str(message.get("tool_call_id")))
+        name = message.get("name")
+        if call is None and isinstance(name, str) and name:
+            call = ToolCall(name, "")
+        if call is not None and call.name:
+            error = is_error_result(message, re.compile(pattern))
+            (failed if error else succeeded).add(call)
+    return succeeded, failed
+
+
+def test_the_calls_new_results_answer_are_found_from_the_newest_back() -> None:
+    """The latest call of each id (ids repeat, calls go unanswered, legacy results carry a
+    name), found from the end of the history, is the one reading every call found."""
+    rng = random.Random(31)
+    pattern = TriggerSettings().tool_error_pattern
+    commands = ["pytest -q", "ls", "make", "git commit -m x"]
+    for step in range(400):
+        history: list[dict] = [user("go")]
+        for _ in range(rng.randint(0, 12)):
+            kind = rng.random()
+            if kind < 0.4:
+                calls = [
+                    {
+                        "id": rng.choice(["a", "b", "c", "d", 7]),
+                        "type": "function",
+                        "function": {
+                            "name": rng.choice(["Bash", "run_tests", ""]),
+                            "arguments": json.dumps({"command": rng.choice(commands)}),
+                        },
+                    }
+                    for _ in range(rng.randint(1, 3))
+                ]
+                history.append({"role": "assistant", "content": None, "tool_calls": calls})
+            elif kind < 0.8:
+                result = rng.choice(["ok", "2 failed", "Exit code 1", "done"])
+                history.append(tool(rng.choice(["a", "b", "c", "d", "e"]), result))
+            elif kind < 0.9:
+                history.append({"role": "function", "name": rng.choice(["f", ""]), "content": "x"})
+            else:
+                history.append(assistant("thinking"))
+        found: tuple[set, set] = (set(), set())
+        _tool_outcomes(history, pattern, *found)
+        assert found == _outcomes_read_forward(history, pattern), step

@@ -45,8 +45,8 @@ from proxy.compaction.planning import plan_with
 from proxy.compaction.settings import CompactionSettings
 from proxy.core.checkpoints import Checkpoint
 from proxy.core.headroom import PAYS
-from proxy.core.plan import Plan
-from proxy.core.tokens import TokenCounter
+from proxy.core.plan import Plan, SummaryRequest
+from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.economics.decision import Outlook, PriceDecision, decide
 from proxy.economics.prices import PriceTable
 
@@ -264,10 +264,10 @@ class PriceTrigger:
             if wanted is None:
                 return None
             counter = self._counter.with_facts(conv.facts)
-            summary_in = counter.count_messages(list(wanted.messages), conv.model)
+            summary_in = _summary_reads(candidate, wanted, counter, conv.model)
             summary_in += INSTRUCTION_TOKENS
-            if wanted.previous:
-                summary_in += counter.count_text(wanted.previous, own.model)
+            if wanted.previous:  # the same stored summary, weighed on every request
+                summary_in += counter.count_again(wanted.previous, own.model)
             summary_out = min(
                 own.max_summary_tokens,
                 max(SUMMARY_FLOOR_TOKENS, int(summary_in * SUMMARY_SHARE)),
@@ -341,6 +341,19 @@ def held_back(
     if set(current.cleared) <= set(before.cleared):
         return None
     return max(before.cleared) + 1 if before.cleared else 0
+
+
+def _summary_reads(
+    candidate: Plan, wanted: SummaryRequest, counter: TokenCounter, model: str
+) -> int:
+    """What the summary ``candidate`` asks for reads (``count_messages`` of its messages): the
+    source's messages it covers less the pinned ones, whose counts the planner carried."""
+    start, end = wanted.start, wanted.covered
+    pinned = [i for i in candidate.grouping.pinned if start <= i < end]
+    if len(wanted.messages) != end - start - len(pinned):  # not the planner's: count them
+        return counter.count_messages(list(wanted.messages), model)
+    counts = counter.history_counts(candidate.source, model)
+    return sum(counts[start:end]) - sum(counts[i] for i in pinned) + REPLY_PRIMING
 
 
 def _ready(candidate: Plan, current: Plan) -> bool:
