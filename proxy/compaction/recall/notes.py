@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import wirejson
-from proxy.compaction.recall.covered import Covered, CoveredPieces, Piece
+from proxy.compaction.recall.covered import Covered, CoveredPieces, Piece, calls_one_of
 from proxy.config.recall import RecallSettings
 from proxy.core.clearing import CLEARED_STUB
 from proxy.core.facts import FactLookup
@@ -37,7 +37,8 @@ _INDENT = "  "  # a segment's continuation lines: only a message's first line is
 
 @dataclass(frozen=True)
 class Notes:
-    """A plan annotated for recall, and what it refers to (handle -> piece)."""
+    """A plan annotated for recall, and what it refers to (handle -> piece: read, never
+    changed, the same object for each request that refers to the same)."""
 
     plan: Plan
     pieces: dict[str, Piece]
@@ -85,8 +86,11 @@ def annotate(
         _name_stubs(plan, salt, calls, messages, changed, pieces)
     if plan.summary_text is not None:
         covered = _covered(salt, plan, settings, calls, covered_pieces, facts)
-        for piece in covered.pieces:
-            pieces.setdefault(piece.handle, piece)
+        if pieces:
+            for piece in covered.pieces:
+                pieces.setdefault(piece.handle, piece)
+        else:  # the summary's own, shared by every request that sends it (never changed)
+            pieces = covered.by_handle
         at = _summary_at(messages)
         if at is not None and covered.pieces:
             index = covered.index(settings)
@@ -137,13 +141,16 @@ def _stub_text(piece: Piece, tokens: int) -> str:
     return f"[tool result cleared to save context: {label}, {tokens:,} tokens; recall id {piece.handle}]"
 
 
-def _calls_by_id(source: list[ChatMessage]) -> Calls:
-    """tool_call_id -> (tool name, arguments in brief), each on one line."""
+def _calls_by_id(source: list[ChatMessage], *, only: set[str] | None = None) -> Calls:
+    """tool_call_id -> (tool name, arguments in brief), each on one line (of the ids ``only``
+    names, when given); the last call of an id names it."""
     found: Calls = {}
     for message in source:
         for call in _tool_calls(message):
-            name, arguments = _call_parts(call)
-            found[str(call.get("id"))] = (_one_line(name, _ARGS_CHARS), _brief(arguments))
+            key = str(call.get("id"))
+            if only is None or key in only:
+                name, arguments = _call_parts(call)
+                found[key] = (_one_line(name, _ARGS_CHARS), _brief(arguments))
     return found
 
 
@@ -223,33 +230,78 @@ def _covered(
     facts: FactLookup | None,
 ) -> Covered:
     """``_covered_pieces``, from ``remembered`` when it holds them for these messages."""
+    source, start, end = plan.source, plan.grouping.preamble_len, plan.cut
     if remembered is None or facts is None:
-        return Covered(_covered_pieces(salt, plan, settings, calls()))
-    start, end = plan.grouping.preamble_len, plan.cut
-    key = (salt, settings.max_result_bytes, start, end, *facts.scan(plan.source[:end]))
-    covered = remembered.get(key, plan.source[end:])
+        return Covered(_covered_pieces(salt, source, start, end, settings, calls())[0])
+    tag = (salt, settings.max_result_bytes, start)
+    covered = remembered.held(source, end, tag)
+    if covered is not None:
+        return covered
+    later = source[end:]
+    key = (*tag, end, *facts.scan(source[:end]))
+    covered = remembered.get(key, later)
     if covered is None:
-        ids: set[str] = set()
-        for message in plan.source[start:end]:
-            ids.update(str(c.get("id")) for c in _tool_calls(message))
-            if message.get("role") in ("tool", "function"):
-                ids.add(str(message.get("tool_call_id")))
-        covered = Covered(_covered_pieces(salt, plan, settings, calls()), frozenset(ids))
+        covered = _building(salt, plan, settings, calls, remembered.base(source, end, tag))
+        if calls_one_of(later, covered.ids):  # named as a later call names them: this once
+            return covered
         remembered.put(key, covered)
+    remembered.hold(source, end, tag, covered)
     return covered
 
 
-def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings, calls: Calls) -> list[Piece]:
-    """Under a summary: what it covers, as a transcript packed oldest first into segments of at
-    most ``max_result_bytes`` (one recall returns a whole segment). Packing from the start is
-    stable: a later summary covering more keeps the earlier segments, handles and all."""
-    start, end = plan.grouping.preamble_len, plan.cut
+def _building(
+    salt: str,
+    plan: Plan,
+    settings: RecallSettings,
+    calls: Callable[[], Calls],
+    base: tuple[Covered, int] | None,
+) -> Covered:
+    """What the summary covers, packed from the last segment of ``base`` (the entry of fewer of
+    these messages, and how many) when there is one, else from the start."""
+    source, start, end = plan.source, plan.grouping.preamble_len, plan.cut
+    if base is None:
+        pieces, firsts = _covered_pieces(salt, source, start, end, settings, calls())
+        return Covered(pieces, frozenset(_ids(source[start:end])), firsts)
+    last, covered = base
+    first = last.firsts[-1]
+    # Only the calls its messages name: the others' arguments are not parsed.
+    named = _calls_by_id(source, only=_ids(source[first:end]))
+    pieces, firsts = _covered_pieces(salt, source, start, end, settings, named, resume=first)
+    ids = last.ids | _ids(source[covered:end])
+    return Covered([*last.pieces[:-1], *pieces], ids, [*last.firsts[:-1], *firsts])
+
+
+def _ids(messages: list[ChatMessage]) -> set[str]:
+    """The call ids ``messages`` make or answer."""
+    ids: set[str] = set()
+    for message in messages:
+        ids.update(str(c.get("id")) for c in _tool_calls(message))
+        if message.get("role") in ("tool", "function"):
+            ids.add(str(message.get("tool_call_id")))
+    return ids
+
+
+def _covered_pieces(
+    salt: str,
+    source: list[ChatMessage],
+    start: int,
+    end: int,
+    settings: RecallSettings,
+    calls: Calls,
+    *,
+    resume: int | None = None,
+) -> tuple[list[Piece], list[int]]:
+    """Under a summary: what it covers (``source[start:end]``), as a transcript packed oldest
+    first into segments of at most ``max_result_bytes`` (one recall returns a whole segment),
+    with where each begins. Packing from the start is stable: a later summary covering more
+    keeps the earlier segments, handles and all (and may pack from where one began: ``resume``)."""
     limit = settings.max_result_bytes - len(TRUNCATED)
     pieces: list[Piece] = []
+    firsts: list[int] = []
     lines: list[str] = []
     names: list[str] = []
     size = 0
-    first = start
+    first = start if resume is None else resume
 
     def close(last: int) -> None:
         text = "\n".join(lines)
@@ -260,19 +312,20 @@ def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings, calls: Call
                 listed if len(listed) <= _ARGS_CHARS else listed[: _ARGS_CHARS - 1] + "…"
             )
         pieces.append(Piece(handle_of(salt, "segment", text), label, text))
+        firsts.append(first)
 
-    for n in range(start, end):
-        line = _line(plan.source[n], calls)
+    for n in range(first, end):
+        line = _line(source[n], calls)
         grow = len(line.encode("utf-8", "surrogatepass")) + 1
         if lines and size + grow > limit:
             close(n)
             lines, names, size, first = [], [], 0, n
         lines.append(line)
-        names.extend(_names(plan.source[n], calls))
+        names.extend(_names(source[n], calls))
         size += grow
     if lines:
         close(end)
-    return pieces
+    return pieces, firsts
 
 
 def _names(message: ChatMessage, calls: Calls) -> list[str]:
