@@ -14,24 +14,29 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from proxy import wirejson
+from proxy.compaction.recall.calls import (
+    ARGS_CHARS,
+    Calls,
+    call_parts,
+    calls_by_id,
+    one_line,
+    text_of,
+    tool_calls,
+)
 from proxy.compaction.recall.covered import Covered, CoveredPieces, Piece, calls_one_of
 from proxy.config.recall import RecallSettings
 from proxy.core.clearing import CLEARED_STUB
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
 from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
-from proxy.types import ChatMessage, ToolCall
+from proxy.types import ChatMessage
 
 # The core's stub (proxy/core/clearing.py), its token count captured.
 _STUB = re.compile("^" + re.escape(CLEARED_STUB).replace(re.escape("{tokens}"), r"(\d+)") + "$")
-_ARGS_CHARS = 60  # a call's arguments, in brief, in a stub or an index line
 TRUNCATED = "\n[recall truncated: ask again with a query to see a part]"
-_BLOCK_DEPTH = 8  # content blocks within blocks (a tool_result's) read for their text
 _INDENT = "  "  # a segment's continuation lines: only a message's first line is unindented
 
 
@@ -42,9 +47,6 @@ class Notes:
 
     plan: Plan
     pieces: dict[str, Piece]
-
-
-Calls = dict[str, tuple[str, str]]  # tool_call_id -> (tool name, arguments in brief)
 
 
 def handle_of(salt: str, kind: str, text: str) -> str:
@@ -76,7 +78,7 @@ def annotate(
 
     def calls() -> Calls:  # parsing every call's arguments: only when a piece is built
         if not known:
-            known.append(_calls_by_id(source))
+            known.append(calls_by_id(source))
         return known[0]
 
     pieces: dict[str, Piece] = {}
@@ -141,81 +143,9 @@ def _stub_text(piece: Piece, tokens: int) -> str:
     return f"[tool result cleared to save context: {label}, {tokens:,} tokens; recall id {piece.handle}]"
 
 
-def _calls_by_id(source: list[ChatMessage], *, only: set[str] | None = None) -> Calls:
-    """tool_call_id -> (tool name, arguments in brief), each on one line (of the ids ``only``
-    names, when given); the last call of an id names it."""
-    found: Calls = {}
-    for message in source:
-        for call in _tool_calls(message):
-            key = str(call.get("id"))
-            if only is None or key in only:
-                name, arguments = _call_parts(call)
-                found[key] = (_one_line(name, _ARGS_CHARS), _brief(arguments))
-    return found
-
-
-def _tool_calls(message: ChatMessage) -> list[ToolCall]:
-    calls = message.get("tool_calls")
-    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
-
-
-def _call_parts(call: Mapping[str, Any]) -> tuple[str, object]:
-    """A call's name and arguments, whatever its type: a ``function`` call's, a ``custom``
-    one's (its ``input``); a shape this does not know is a call of "tool"."""
-    for kind, arguments in (("function", "arguments"), ("custom", "input")):
-        body = call.get(kind)
-        if isinstance(body, dict):
-            return str(body.get("name") or "tool"), body.get(arguments)
-    return "tool", None
-
-
-def _brief(arguments: object) -> str:
-    try:
-        # Bounded before it is parsed: a client may send arguments nested a thousand deep.
-        data = wirejson.loads_shallow(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
-        data = arguments
-    if isinstance(data, dict):
-        text = " ".join(v if isinstance(v, str) else _json_text(v) for v in data.values())
-    else:
-        text = "" if data is None else data if isinstance(data, str) else _json_text(data)
-    return _one_line(text, _ARGS_CHARS)
-
-
-def _one_line(text: str, limit: int) -> str:
-    """``text`` with its whitespace (newlines too) collapsed, cut to ``limit`` characters: a
-    label is one line, so what a client named its tool cannot add a line to the index."""
-    text = " ".join(text[: limit * 4].split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def text_of(content: object, depth: int = 0) -> str:
-    """A message's content as plain text (a string, or the text parts of a list of blocks,
-    blocks within blocks to a few levels)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content if depth < _BLOCK_DEPTH else ():
-            if isinstance(part, dict):
-                value = part.get("text", part.get("content", ""))
-                parts.append(value if isinstance(value, str) else text_of(value, depth + 1))
-            elif isinstance(part, str):
-                parts.append(part)
-        return "\n".join(parts)
-    return "" if content is None else _json_text(content)
-
-
-def _json_text(value: object) -> str:
-    """A value that is not text, as JSON (one nested past what any walk may descend: a note)."""
-    if not wirejson.nests_within(value):
-        return "[a value nested too deeply to show]"
-    return wirejson.encode(value).decode("utf-8", "replace")
-
-
 def _tool_piece(salt: str, result: ChatMessage, calls: Calls) -> Piece:
     call_id = str(result.get("tool_call_id"))
-    name, args = calls.get(call_id, (_one_line(str(result.get("name") or "tool"), _ARGS_CHARS), ""))
+    name, args = calls.get(call_id, (one_line(str(result.get("name") or "tool"), ARGS_CHARS), ""))
     text = text_of(result.get("content"))
     label = f"tool output of {name} {args}".rstrip()
     return Piece(handle_of(salt, "tool:" + call_id, text), label, text)
@@ -265,7 +195,7 @@ def _building(
     last, covered = base
     first = last.firsts[-1]
     # Only the calls its messages name: the others' arguments are not parsed.
-    named = _calls_by_id(source, only=_ids(source[first:end]))
+    named = calls_by_id(source, only=_ids(source[first:end]))
     pieces, firsts = _covered_pieces(salt, source, start, end, settings, named, resume=first)
     ids = last.ids | _ids(source[covered:end])
     return Covered([*last.pieces[:-1], *pieces], ids, [*last.firsts[:-1], *firsts])
@@ -275,7 +205,7 @@ def _ids(messages: list[ChatMessage]) -> set[str]:
     """The call ids ``messages`` make or answer."""
     ids: set[str] = set()
     for message in messages:
-        ids.update(str(c.get("id")) for c in _tool_calls(message))
+        ids.update(str(c.get("id")) for c in tool_calls(message))
         if message.get("role") in ("tool", "function"):
             ids.add(str(message.get("tool_call_id")))
     return ids
@@ -309,7 +239,7 @@ def _covered_pieces(
         if names:
             listed = ", ".join(dict.fromkeys(names))
             label += ": " + (
-                listed if len(listed) <= _ARGS_CHARS else listed[: _ARGS_CHARS - 1] + "…"
+                listed if len(listed) <= ARGS_CHARS else listed[: ARGS_CHARS - 1] + "…"
             )
         pieces.append(Piece(handle_of(salt, "segment", text), label, text))
         firsts.append(first)
@@ -331,7 +261,7 @@ def _covered_pieces(
 def _names(message: ChatMessage, calls: Calls) -> list[str]:
     """The tools a message called, as "name args" in brief."""
     found = []
-    for call in _tool_calls(message):
+    for call in tool_calls(message):
         name, args = calls.get(str(call.get("id")), ("tool", ""))
         found.append(f"{name} {args}".strip())
     return found
@@ -346,11 +276,11 @@ def _line(message: ChatMessage, calls: Calls) -> str:
         name, args = calls.get(str(message.get("tool_call_id")), ("tool", ""))
         head = f"tool output of {name} {args}".rstrip()
     else:
-        head = _one_line(role, _ARGS_CHARS)
-        for call in _tool_calls(message):
-            name, arguments = _call_parts(call)
+        head = one_line(role, ARGS_CHARS)
+        for call in tool_calls(message):
+            name, arguments = call_parts(call)
             shown = arguments if isinstance(arguments, str) else text_of(arguments)
-            text += f"\n[calls {_one_line(name, _ARGS_CHARS)} {shown}]"
+            text += f"\n[calls {one_line(name, ARGS_CHARS)} {shown}]"
     return f"{head}: " + text.replace("\n", "\n" + _INDENT)
 
 
