@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from proxy.compaction.recall import stubs as stubs_module
 from proxy.compaction.recall.covered import CoveredPieces
 from proxy.compaction.recall.notes import Notes, annotate
+from proxy.compaction.recall.stubs import StubHistories, StubHistory, tool_piece
 from proxy.config.recall import RecallSettings
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.policy import ClearToolResultsSettings, PolicySettings, TriggerSettings
@@ -22,6 +24,11 @@ SUMMARY_ONLY = PolicySettings(trigger=NEVER, keep={"interactions": 2})
 CLEARING = PolicySettings(
     trigger=NEVER,
     clear_tool_results=ClearToolResultsSettings(older_than_interactions=2),
+    keep={"interactions": 2},
+)
+CLEARING_ROUNDS = PolicySettings(
+    trigger=NEVER,
+    clear_tool_results=ClearToolResultsSettings(older_than_rounds=3),
     keep={"interactions": 2},
 )
 SETTINGS = RecallSettings(max_result_bytes=1024, index_entries=4)
@@ -44,14 +51,23 @@ def both(
     covered: int,
     salt: str,
     policy: PolicySettings,
+    stubs: StubHistories | None = None,
 ) -> tuple[Notes, Notes] | None:
-    prior = PriorSummary("SUMMARY", covered, "ck", active=True)
+    """(the notes of a fresh build, the notes carried), or None when the plan has no summary
+    (covered 0: none asked) and clears nothing."""
+    prior = PriorSummary("SUMMARY", covered, "ck", active=True) if covered else None
     p = plan(messages, policy, model="gpt-4o", counter=counter, model_info=None, prior=prior)
-    if p.summary_text is None:
+    if p.summary_text is None and not p.cleared:
         return None
     fresh = annotate(p, salt=salt, settings=SETTINGS, count=len)
     kept = annotate(
-        p, salt=salt, settings=SETTINGS, count=len, covered_pieces=remembered, facts=counter.facts
+        p,
+        salt=salt,
+        settings=SETTINGS,
+        count=len,
+        covered_pieces=remembered,
+        facts=counter.facts,
+        stubs=stubs,
     )
     return fresh, kept
 
@@ -63,11 +79,14 @@ def same(fresh: Notes, kept: Notes) -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_carried_coverings_are_what_a_fresh_build_makes(counter: TokenCounter, seed: int) -> None:
-    """Two conversations interleaved, each growing a round at a time (a new list of the same
+def test_carried_notes_are_what_a_fresh_build_makes(
+    counter: TokenCounter, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two conversations interleaved (stubs of cleared results or not, a summary or not), each growing a round at a time (a new list of the same
     message objects), its summary covering more now and then (or less), messages replaced by
     equal copies or edited ones, the list cut short, a later call reusing a covered id
-    (appended or in a later message's place): the notes are the fresh build's every time, and the carried paths are taken."""
+    (appended or in a later message's place): the notes are the fresh build's every time, and
+    the carried paths are taken."""
     rng = random.Random(seed)
     remembered = CoveredPieces(max_entries=8, max_held=4)
     used = {"held": 0, "base": 0}
@@ -85,6 +104,24 @@ def test_carried_coverings_are_what_a_fresh_build_makes(counter: TokenCounter, s
 
     remembered.held = counting_held  # type: ignore[method-assign]
     remembered.base = counting_base  # type: ignore[method-assign]
+    named = {"inside": 0, "named": 0, "stubs": 0}  # stubs carried, originals named anew
+    piece = StubHistory.piece
+
+    def counting_piece(self: StubHistory, salt: str, original: dict[str, Any]) -> Any:
+        named["stubs"] += 1
+        named["inside"] = 1
+        try:
+            return piece(self, salt, original)
+        finally:
+            named["inside"] = 0
+
+    def counting_tool_piece(*args: Any) -> Any:
+        named["named"] += named["inside"]
+        return tool_piece(*args)
+
+    monkeypatch.setattr(StubHistory, "piece", counting_piece)
+    monkeypatch.setattr(stubs_module, "tool_piece", counting_tool_piece)
+    stubs = StubHistories(max_histories=1)
     histories: dict[str, list[dict[str, Any]]] = {}
     covering: dict[str, int] = {}
     for name in "ab":
@@ -92,8 +129,9 @@ def test_carried_coverings_are_what_a_fresh_build_makes(counter: TokenCounter, s
         for i in range(6):
             histories[name] += step(i, f"{name}{i}")
         covering[name] = 9
-    policy = {"a": SUMMARY_ONLY, "b": rng.choice([SUMMARY_ONLY, CLEARING])}
-    for turn in range(6, 60):
+    policy = {"a": SUMMARY_ONLY, "b": rng.choice([CLEARING, CLEARING_ROUNDS])}
+    summarized = {"a": True, "b": rng.random() < 0.5}
+    for turn in range(6, 80):
         name = rng.choice("ab")
         last = histories[name]
         roll = rng.random()
@@ -114,7 +152,7 @@ def test_carried_coverings_are_what_a_fresh_build_makes(counter: TokenCounter, s
         call_id = f"{name}{rng.randrange(6)}" if reused else f"{name}{turn}"
         if rng.random() < 0.8:
             history += step(turn, call_id)
-        if rng.random() < 0.35:  # a next summary: mostly further on
+        if rng.random() < 0.25:  # a next summary: mostly further on
             move = rng.choice([-4, 4, 4, 8, 8, 12])
             covering[name] = max(3, min(len(history) - 4, covering[name] + move))
         histories[name] = history
@@ -122,13 +160,15 @@ def test_carried_coverings_are_what_a_fresh_build_makes(counter: TokenCounter, s
             history,
             counter,
             remembered,
-            covered=covering[name],
+            covered=covering[name] if summarized[name] else 0,
             salt=name,
             policy=policy[name],
+            stubs=stubs,
         )
         if found is not None:
             same(*found)
     assert used["held"] and used["base"]
+    assert named["named"] < named["stubs"] / 2  # most stubs' originals were named before
 
 
 def test_a_covering_named_by_a_later_call_is_not_kept_for_a_history_without_it(
@@ -167,3 +207,18 @@ def test_the_summary_pieces_are_one_object_while_the_summary_stays(counter: Toke
     assert first is not None and grown is not None
     assert grown[1].pieces is first[1].pieces
     assert grown[1].pieces == grown[0].pieces
+
+
+def test_a_stub_is_named_after_the_last_call_of_its_id_whatever_was_carried() -> None:
+    """The original of a stub is named once while the call of its id stays the same; a later
+    call of that id renames it, as a fresh naming does."""
+    histories = StubHistories()
+    messages = [system(), *step(0, "c0"), *step(1, "c1")]
+    original = messages[3]
+    first = histories.of(messages, "s")
+    assert first.piece("s", original) == tool_piece("s", original, first.calls)
+    assert "tool0 src/m0.py" in first.piece("s", original).label
+    grown = [*messages, user("again"), assistant(None, ("c0", "grep", '{"pattern": "x"}'))]
+    again = histories.of(grown, "s")
+    assert again.calls is not first.calls and again.piece("s", original).label.endswith("grep x")
+    assert again.piece("s", original) == tool_piece("s", original, again.calls)

@@ -3,7 +3,9 @@ summary (``CoveredPieces``), with the short index the summary message ends with.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import itertools
 import threading
 from collections import OrderedDict
@@ -13,6 +15,7 @@ from itertools import islice
 from operator import is_
 from typing import NamedTuple
 
+from proxy.compaction.recall.held import Held
 from proxy.config.recall import RecallSettings
 from proxy.core.carried import CARRY_FROM, Carried
 from proxy.core.summary_message import escape_tags
@@ -29,6 +32,14 @@ class Piece:
     handle: str
     label: str
     text: str
+
+
+def handle_of(salt: str, kind: str, text: str) -> str:
+    """A short handle (``r`` + 10 base32 characters, 50 bits) for ``text`` in one conversation."""
+    digest = hashlib.blake2b(
+        f"{kind}\x00{text}".encode("utf-8", "surrogatepass"), key=salt.encode()[:64], digest_size=8
+    ).digest()
+    return "r" + base64.b32encode(digest).decode().lower()[:10]
 
 
 class Covered:
@@ -92,14 +103,11 @@ class CoveredPieces:
     ) -> None:
         self.max_entries = max_entries
         self.max_chars = max_chars
-        self.max_held = max_held
-        self.max_held_messages = max_held_messages
         self._entries: OrderedDict[Hashable, Covered] = OrderedDict()
         self._chars = 0
         self._lock = threading.Lock()
         self._checked: Carried[None] = Carried()  # later messages with none of an entry's ids
-        self._held: OrderedDict[tuple[int, Hashable], _Held] = OrderedDict()  # one per history
-        self._held_messages = 0
+        self._held: Held[_Held] = Held(max_held, max_held_messages)  # one per history
 
     def get(self, key: Hashable, later: list[ChatMessage]) -> Covered | None:
         found = self._entries.get(key)
@@ -122,7 +130,7 @@ class CoveredPieces:
         if checked is None or calls_one_of(source[checked:], found.covered.ids):
             return None
         if checked < len(source):
-            self._hold(key, _Held(source[:], end, found.covered))
+            self._held.put(key, _Held(source[:], end, found.covered))
         return found.covered
 
     def base(
@@ -144,17 +152,7 @@ class CoveredPieces:
         its ids, to the next request that sends these message objects (an entry too big to be
         kept is not held either)."""
         if end and covered.chars <= self.max_chars:
-            self._hold((id(source[0]), tag), _Held(source[:], end, covered))
-
-    def _hold(self, key: tuple[int, Hashable], held: _Held) -> None:
-        if len(held.messages) > self.max_held_messages:
-            return
-        with self._lock:
-            old = self._held.pop(key, None)
-            self._held_messages += len(held.messages) - (0 if old is None else len(old.messages))
-            self._held[key] = held
-            while len(self._held) > self.max_held or self._held_messages > self.max_held_messages:
-                self._held_messages -= len(self._held.popitem(last=False)[1].messages)
+            self._held.put((id(source[0]), tag), _Held(source[:], end, covered))
 
     def _unused(self, found: Covered, later: list[ChatMessage]) -> bool:
         """Whether no message of ``later`` has a call of one of ``found``'s ids."""
@@ -184,8 +182,7 @@ class CoveredPieces:
         """Forget an entry taken out of ``_entries`` (under the lock): not held past it either,
         so the characters held stay within the bound."""
         self._chars -= dropped.chars
-        for at in [k for k, held in self._held.items() if held.covered is dropped]:
-            self._held_messages -= len(self._held.pop(at).messages)
+        self._held.drop(lambda held: held.covered is dropped)
 
 
 class _Held(NamedTuple):

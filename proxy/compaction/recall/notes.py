@@ -11,9 +11,6 @@ Pure: the plan in, the annotated plan and the pieces out; nothing is stored here
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,16 +23,20 @@ from proxy.compaction.recall.calls import (
     text_of,
     tool_calls,
 )
-from proxy.compaction.recall.covered import Covered, CoveredPieces, Piece, calls_one_of
+from proxy.compaction.recall.covered import (
+    Covered,
+    CoveredPieces,
+    Piece,
+    calls_one_of,
+    handle_of,
+)
+from proxy.compaction.recall.stubs import StubHistories, name_stubs
 from proxy.config.recall import RecallSettings
-from proxy.core.clearing import CLEARED_STUB
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
-from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
+from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG
 from proxy.types import ChatMessage
 
-# The core's stub (proxy/core/clearing.py), its token count captured.
-_STUB = re.compile("^" + re.escape(CLEARED_STUB).replace(re.escape("{tokens}"), r"(\d+)") + "$")
 TRUNCATED = "\n[recall truncated: ask again with a query to see a part]"
 _INDENT = "  "  # a segment's continuation lines: only a message's first line is unindented
 
@@ -49,14 +50,6 @@ class Notes:
     pieces: dict[str, Piece]
 
 
-def handle_of(salt: str, kind: str, text: str) -> str:
-    """A short handle (``r`` + 10 base32 characters, 50 bits) for ``text`` in one conversation."""
-    digest = hashlib.blake2b(
-        f"{kind}\x00{text}".encode("utf-8", "surrogatepass"), key=salt.encode()[:64], digest_size=8
-    ).digest()
-    return "r" + base64.b32encode(digest).decode().lower()[:10]
-
-
 def annotate(
     plan: Plan,
     *,
@@ -65,16 +58,19 @@ def annotate(
     count: Callable[[str], int],
     covered_pieces: CoveredPieces | None = None,
     facts: FactLookup | None = None,
+    stubs: StubHistories | None = None,
 ) -> Notes:
     """``plan`` with its stubs naming their handles and its summary ending with an index; the
     pieces they name. ``count``: a text's tokens, to keep ``tokens_after`` true to what is sent.
     A plan that removed nothing comes back as it is, with no pieces. With ``covered_pieces``
     and ``facts`` (the request's), what a summary covers is built once for all the requests
-    that send it."""
+    that send it; with ``stubs``, a stub's original is named once for all of them."""
     if not plan.changed or (not plan.cleared and plan.summary_text is None):
         return Notes(plan, {})
     source = plan.source
-    known: list[Calls] = []
+    # Only then may a message be a stub of the core's.
+    history = stubs.of(source, salt) if stubs is not None and plan.cleared else None
+    known: list[Calls] = [] if history is None else [history.calls]
 
     def calls() -> Calls:  # parsing every call's arguments: only when a piece is built
         if not known:
@@ -84,8 +80,8 @@ def annotate(
     pieces: dict[str, Piece] = {}
     messages = list(plan.messages)
     changed: list[int] = []  # where ``messages`` differs from the plan's
-    if plan.cleared:  # only then may a message be a stub of the core's
-        _name_stubs(plan, salt, calls, messages, changed, pieces)
+    if plan.cleared:
+        name_stubs(plan, salt, calls, history, messages, changed, pieces)
     if plan.summary_text is not None:
         covered = _covered(salt, plan, settings, calls, covered_pieces, facts)
         if pieces:
@@ -106,49 +102,6 @@ def annotate(
         for n in changed
     )
     return Notes(plan.sending(messages, plan.tokens_after + added), pieces)
-
-
-def _name_stubs(
-    plan: Plan,
-    salt: str,
-    calls: Callable[[], Calls],
-    messages: list[ChatMessage],
-    changed: list[int],
-    pieces: dict[str, Piece],
-) -> None:
-    """Each stub of a result the plan cleared made to name its handle (in ``messages``, its
-    position added to ``changed``), its original added to ``pieces``."""
-    source = plan.source
-    tools = ("tool", "function")
-    results = {m.get("tool_call_id"): m for m in source if m.get("role") in tools}
-    cleared_ids = {source[i].get("tool_call_id") for i in plan.cleared}
-    for n, message in enumerate(messages):
-        content = message.get("content")
-        found = _STUB.match(content) if isinstance(content, str) else None
-        if found is None or message.get("role") not in tools:
-            continue
-        if message.get("tool_call_id") not in cleared_ids:
-            continue
-        original = results.get(message.get("tool_call_id"))
-        if original is None:
-            continue
-        piece = _tool_piece(salt, original, calls())
-        pieces[piece.handle] = piece
-        messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
-        changed.append(n)
-
-
-def _stub_text(piece: Piece, tokens: int) -> str:
-    label = escape_tags(piece.label)
-    return f"[tool result cleared to save context: {label}, {tokens:,} tokens; recall id {piece.handle}]"
-
-
-def _tool_piece(salt: str, result: ChatMessage, calls: Calls) -> Piece:
-    call_id = str(result.get("tool_call_id"))
-    name, args = calls.get(call_id, (one_line(str(result.get("name") or "tool"), ARGS_CHARS), ""))
-    text = text_of(result.get("content"))
-    label = f"tool output of {name} {args}".rstrip()
-    return Piece(handle_of(salt, "tool:" + call_id, text), label, text)
 
 
 def _covered(

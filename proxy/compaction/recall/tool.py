@@ -30,6 +30,7 @@ from proxy.compaction.recall.events import (
     RecallRounds,
 )
 from proxy.compaction.recall.notes import Notes, annotate
+from proxy.compaction.recall.stubs import StubHistories
 from proxy.config.recall import RecallSettings
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
@@ -72,6 +73,7 @@ class Recall:
         self._looked: dict[str, tuple[dict[str, Piece], int]] = {}
         self._forgotten = 0  # handles taken out of ``_kept``
         self._covered = CoveredPieces()  # each turn until the next summary covers the same
+        self._stubs = StubHistories()  # each turn until the next summary clears the same
         self._counts = TextCounts(counter)
         self._tools: dict[tuple[RecallShape, str], int] = {}  # the tool's tokens, by encoding
         # Whether a dialect's shape offers the tool at all (to a body of nothing): a constant.
@@ -144,6 +146,7 @@ class Recall:
                 count=count,
                 covered_pieces=self._covered,
                 facts=conv.facts,
+                stubs=self._stubs,
             ),
         )
         if len(self._notes) >= _KNOWN_NOTES:
