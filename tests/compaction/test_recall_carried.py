@@ -105,13 +105,13 @@ def test_carried_notes_are_what_a_fresh_build_makes(
     remembered.held = counting_held  # type: ignore[method-assign]
     remembered.base = counting_base  # type: ignore[method-assign]
     named = {"inside": 0, "named": 0, "stubs": 0}  # stubs carried, originals named anew
-    piece = StubHistory.piece
+    stub = StubHistory.stub
 
-    def counting_piece(self: StubHistory, salt: str, original: dict[str, Any]) -> Any:
+    def counting_stub(self: StubHistory, salt: str, original: dict[str, Any], tokens: str) -> Any:
         named["stubs"] += 1
         named["inside"] = 1
         try:
-            return piece(self, salt, original)
+            return stub(self, salt, original, tokens)
         finally:
             named["inside"] = 0
 
@@ -119,7 +119,7 @@ def test_carried_notes_are_what_a_fresh_build_makes(
         named["named"] += named["inside"]
         return tool_piece(*args)
 
-    monkeypatch.setattr(StubHistory, "piece", counting_piece)
+    monkeypatch.setattr(StubHistory, "stub", counting_stub)
     monkeypatch.setattr(stubs_module, "tool_piece", counting_tool_piece)
     stubs = StubHistories(max_histories=1)
     histories: dict[str, list[dict[str, Any]]] = {}
@@ -216,9 +216,12 @@ def test_a_stub_is_named_after_the_last_call_of_its_id_whatever_was_carried() ->
     messages = [system(), *step(0, "c0"), *step(1, "c1")]
     original = messages[3]
     first = histories.of(messages, "s")
-    assert first.piece("s", original) == tool_piece("s", original, first.calls)
-    assert "tool0 src/m0.py" in first.piece("s", original).label
+    piece, text = first.stub("s", original, "120")
+    assert piece == tool_piece("s", original, first.calls) and "tool0 src/m0.py" in piece.label
+    assert first.stub("s", original, "120") == (piece, text) and "120 tokens" in text
+    assert "1,300 tokens" in first.stub("s", original, "1300")[1]
     grown = [*messages, user("again"), assistant(None, ("c0", "grep", '{"pattern": "x"}'))]
     again = histories.of(grown, "s")
-    assert again.calls is not first.calls and again.piece("s", original).label.endswith("grep x")
-    assert again.piece("s", original) == tool_piece("s", original, again.calls)
+    renamed, text = again.stub("s", original, "120")
+    assert renamed == tool_piece("s", original, again.calls) and renamed.label.endswith("grep x")
+    assert "grep x, 120 tokens" in text

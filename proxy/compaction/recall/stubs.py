@@ -23,24 +23,29 @@ _TOOLS = ("tool", "function")
 
 class StubHistory(NamedTuple):
     """What names the stubs of one history: its messages (a private copy), their calls (the
-    last call of an id names it), their tool results by call id (the last of an id), and the
-    piece of each original named so far, by the original's id (the object is held in
-    ``messages``), with the call it was named after."""
+    last call of an id names it), their tool results by call id (the last of an id), and what
+    each original's stub was made to say so far, by the original's id (the object is held in
+    ``messages``): (its piece, the call it was named after, the stub's tokens, its text)."""
 
     messages: list[ChatMessage]
     calls: Calls
     results: dict[str | None, ChatMessage]
-    pieces: dict[int, tuple[Piece, tuple[str, str] | None]]
+    stubs: dict[int, tuple[Piece, tuple[str, str] | None, str, str]]
 
-    def piece(self, salt: str, original: ChatMessage) -> Piece:
-        """``tool_piece`` of ``original``, named once while its call stays the same."""
+    def stub(self, salt: str, original: ChatMessage, tokens: str) -> tuple[Piece, str]:
+        """(``tool_piece`` of ``original``, the text of its stub of ``tokens`` tokens), made
+        once while its call stays the same."""
         call = self.calls.get(str(original.get("tool_call_id")))
-        known = self.pieces.get(id(original))
+        known = self.stubs.get(id(original))
         if known is not None and known[1] == call:
-            return known[0]
-        piece = tool_piece(salt, original, self.calls)
-        self.pieces[id(original)] = (piece, call)  # the same value whoever stores it
-        return piece
+            if known[2] == tokens:
+                return known[0], known[3]
+            piece = known[0]
+        else:
+            piece = tool_piece(salt, original, self.calls)
+        text = _stub_text(piece, int(tokens))
+        self.stubs[id(original)] = (piece, call, tokens, text)  # the same whoever stores it
+        return piece, text
 
 
 class StubHistories:
@@ -78,7 +83,7 @@ def _read(source: list[ChatMessage], last: StubHistory | None) -> StubHistory:
     if last is None:
         return StubHistory(source[:], calls_by_id(new), results, {})
     calls = {**last.calls, **calls_by_id(new)}
-    return StubHistory(source[:], calls, {**last.results, **results}, dict(last.pieces))
+    return StubHistory(source[:], calls, {**last.results, **results}, dict(last.stubs))
 
 
 def name_stubs(
@@ -111,10 +116,11 @@ def name_stubs(
             continue
         if history is None:
             piece = tool_piece(salt, original, calls())
+            text = _stub_text(piece, int(found.group(1)))
         else:
-            piece = history.piece(salt, original)
+            piece, text = history.stub(salt, original, found.group(1))
         pieces[piece.handle] = piece
-        messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
+        messages[n] = {**message, "content": text}
         changed.append(n)
 
 
