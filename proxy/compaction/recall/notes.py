@@ -6,7 +6,8 @@ segments one recall returns whole. The summary message ends with a short index o
 the same piece always gets the same handle there, so the prompt's bytes stay stable across turns
 (the provider's cache), and the same piece in another conversation gets another one.
 
-Pure: the plan in, the annotated plan and the pieces out; nothing is stored here.
+The plan in, the annotated plan and the pieces out; what is carried from request to request
+(a summary's segments, the stubs' originals) is kept by the carriers passed in.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def annotate(
     if not plan.changed or (not plan.cleared and plan.summary_text is None):
         return Notes(plan, {})
     source = plan.source
-    # Only then may a message be a stub of the core's.
+    # Read only for a plan that cleared results: only then may a message be a core's stub.
     history = stubs.of(source, salt) if stubs is not None and plan.cleared else None
     known: list[Calls] = [] if history is None else [history.calls]
 
