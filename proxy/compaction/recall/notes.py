@@ -6,52 +6,49 @@ segments one recall returns whole. The summary message ends with a short index o
 the same piece always gets the same handle there, so the prompt's bytes stay stable across turns
 (the provider's cache), and the same piece in another conversation gets another one.
 
-Pure: the plan in, the annotated plan and the pieces out; nothing is stored here.
+The plan in, the annotated plan and the pieces out; what is carried from request to request
+(a summary's segments, the stubs' originals) is kept by the carriers passed in.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from proxy import wirejson
-from proxy.compaction.recall.covered import Covered, CoveredPieces, Piece
+from proxy.compaction.recall.calls import (
+    ARGS_CHARS,
+    Calls,
+    call_parts,
+    calls_by_id,
+    one_line,
+    text_of,
+    tool_calls,
+)
+from proxy.compaction.recall.covered import (
+    Covered,
+    CoveredPieces,
+    Piece,
+    calls_one_of,
+    handle_of,
+)
+from proxy.compaction.recall.stubs import StubHistories, name_stubs
 from proxy.config.recall import RecallSettings
-from proxy.core.clearing import CLEARED_STUB
 from proxy.core.facts import FactLookup
 from proxy.core.plan import Plan
-from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG, escape_tags
-from proxy.types import ChatMessage, ToolCall
+from proxy.core.summary_message import CLOSE_TAG, OPEN_TAG
+from proxy.types import ChatMessage
 
-# The core's stub (proxy/core/clearing.py), its token count captured.
-_STUB = re.compile("^" + re.escape(CLEARED_STUB).replace(re.escape("{tokens}"), r"(\d+)") + "$")
-_ARGS_CHARS = 60  # a call's arguments, in brief, in a stub or an index line
 TRUNCATED = "\n[recall truncated: ask again with a query to see a part]"
-_BLOCK_DEPTH = 8  # content blocks within blocks (a tool_result's) read for their text
 _INDENT = "  "  # a segment's continuation lines: only a message's first line is unindented
 
 
 @dataclass(frozen=True)
 class Notes:
-    """A plan annotated for recall, and what it refers to (handle -> piece)."""
+    """A plan annotated for recall, and what it refers to (handle -> piece: read, never
+    changed, the same object for each request that refers to the same)."""
 
     plan: Plan
     pieces: dict[str, Piece]
-
-
-Calls = dict[str, tuple[str, str]]  # tool_call_id -> (tool name, arguments in brief)
-
-
-def handle_of(salt: str, kind: str, text: str) -> str:
-    """A short handle (``r`` + 10 base32 characters, 50 bits) for ``text`` in one conversation."""
-    digest = hashlib.blake2b(
-        f"{kind}\x00{text}".encode("utf-8", "surrogatepass"), key=salt.encode()[:64], digest_size=8
-    ).digest()
-    return "r" + base64.b32encode(digest).decode().lower()[:10]
 
 
 def annotate(
@@ -62,31 +59,37 @@ def annotate(
     count: Callable[[str], int],
     covered_pieces: CoveredPieces | None = None,
     facts: FactLookup | None = None,
+    stubs: StubHistories | None = None,
 ) -> Notes:
     """``plan`` with its stubs naming their handles and its summary ending with an index; the
     pieces they name. ``count``: a text's tokens, to keep ``tokens_after`` true to what is sent.
     A plan that removed nothing comes back as it is, with no pieces. With ``covered_pieces``
     and ``facts`` (the request's), what a summary covers is built once for all the requests
-    that send it."""
+    that send it; with ``stubs``, a stub's original is named once for all of them."""
     if not plan.changed or (not plan.cleared and plan.summary_text is None):
         return Notes(plan, {})
     source = plan.source
-    known: list[Calls] = []
+    # Read only for a plan that cleared results: only then may a message be a core's stub.
+    history = stubs.of(source, salt) if stubs is not None and plan.cleared else None
+    known: list[Calls] = [] if history is None else [history.calls]
 
     def calls() -> Calls:  # parsing every call's arguments: only when a piece is built
         if not known:
-            known.append(_calls_by_id(source))
+            known.append(calls_by_id(source))
         return known[0]
 
     pieces: dict[str, Piece] = {}
     messages = list(plan.messages)
     changed: list[int] = []  # where ``messages`` differs from the plan's
-    if plan.cleared:  # only then may a message be a stub of the core's
-        _name_stubs(plan, salt, calls, messages, changed, pieces)
+    if plan.cleared:
+        name_stubs(plan, salt, calls, history, messages, changed, pieces)
     if plan.summary_text is not None:
         covered = _covered(salt, plan, settings, calls, covered_pieces, facts)
-        for piece in covered.pieces:
-            pieces.setdefault(piece.handle, piece)
+        if pieces:
+            for piece in covered.pieces:
+                pieces.setdefault(piece.handle, piece)
+        else:  # the summary's own, shared by every request that sends it (never changed)
+            pieces = covered.by_handle
         at = _summary_at(messages)
         if at is not None and covered.pieces:
             index = covered.index(settings)
@@ -102,118 +105,6 @@ def annotate(
     return Notes(plan.sending(messages, plan.tokens_after + added), pieces)
 
 
-def _name_stubs(
-    plan: Plan,
-    salt: str,
-    calls: Callable[[], Calls],
-    messages: list[ChatMessage],
-    changed: list[int],
-    pieces: dict[str, Piece],
-) -> None:
-    """Each stub of a result the plan cleared made to name its handle (in ``messages``, its
-    position added to ``changed``), its original added to ``pieces``."""
-    source = plan.source
-    tools = ("tool", "function")
-    results = {m.get("tool_call_id"): m for m in source if m.get("role") in tools}
-    cleared_ids = {source[i].get("tool_call_id") for i in plan.cleared}
-    for n, message in enumerate(messages):
-        content = message.get("content")
-        found = _STUB.match(content) if isinstance(content, str) else None
-        if found is None or message.get("role") not in tools:
-            continue
-        if message.get("tool_call_id") not in cleared_ids:
-            continue
-        original = results.get(message.get("tool_call_id"))
-        if original is None:
-            continue
-        piece = _tool_piece(salt, original, calls())
-        pieces[piece.handle] = piece
-        messages[n] = {**message, "content": _stub_text(piece, int(found.group(1)))}
-        changed.append(n)
-
-
-def _stub_text(piece: Piece, tokens: int) -> str:
-    label = escape_tags(piece.label)
-    return f"[tool result cleared to save context: {label}, {tokens:,} tokens; recall id {piece.handle}]"
-
-
-def _calls_by_id(source: list[ChatMessage]) -> Calls:
-    """tool_call_id -> (tool name, arguments in brief), each on one line."""
-    found: Calls = {}
-    for message in source:
-        for call in _tool_calls(message):
-            name, arguments = _call_parts(call)
-            found[str(call.get("id"))] = (_one_line(name, _ARGS_CHARS), _brief(arguments))
-    return found
-
-
-def _tool_calls(message: ChatMessage) -> list[ToolCall]:
-    calls = message.get("tool_calls")
-    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
-
-
-def _call_parts(call: Mapping[str, Any]) -> tuple[str, object]:
-    """A call's name and arguments, whatever its type: a ``function`` call's, a ``custom``
-    one's (its ``input``); a shape this does not know is a call of "tool"."""
-    for kind, arguments in (("function", "arguments"), ("custom", "input")):
-        body = call.get(kind)
-        if isinstance(body, dict):
-            return str(body.get("name") or "tool"), body.get(arguments)
-    return "tool", None
-
-
-def _brief(arguments: object) -> str:
-    try:
-        # Bounded before it is parsed: a client may send arguments nested a thousand deep.
-        data = wirejson.loads_shallow(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
-        data = arguments
-    if isinstance(data, dict):
-        text = " ".join(v if isinstance(v, str) else _json_text(v) for v in data.values())
-    else:
-        text = "" if data is None else data if isinstance(data, str) else _json_text(data)
-    return _one_line(text, _ARGS_CHARS)
-
-
-def _one_line(text: str, limit: int) -> str:
-    """``text`` with its whitespace (newlines too) collapsed, cut to ``limit`` characters: a
-    label is one line, so what a client named its tool cannot add a line to the index."""
-    text = " ".join(text[: limit * 4].split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def text_of(content: object, depth: int = 0) -> str:
-    """A message's content as plain text (a string, or the text parts of a list of blocks,
-    blocks within blocks to a few levels)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content if depth < _BLOCK_DEPTH else ():
-            if isinstance(part, dict):
-                value = part.get("text", part.get("content", ""))
-                parts.append(value if isinstance(value, str) else text_of(value, depth + 1))
-            elif isinstance(part, str):
-                parts.append(part)
-        return "\n".join(parts)
-    return "" if content is None else _json_text(content)
-
-
-def _json_text(value: object) -> str:
-    """A value that is not text, as JSON (one nested past what any walk may descend: a note)."""
-    if not wirejson.nests_within(value):
-        return "[a value nested too deeply to show]"
-    return wirejson.encode(value).decode("utf-8", "replace")
-
-
-def _tool_piece(salt: str, result: ChatMessage, calls: Calls) -> Piece:
-    call_id = str(result.get("tool_call_id"))
-    name, args = calls.get(call_id, (_one_line(str(result.get("name") or "tool"), _ARGS_CHARS), ""))
-    text = text_of(result.get("content"))
-    label = f"tool output of {name} {args}".rstrip()
-    return Piece(handle_of(salt, "tool:" + call_id, text), label, text)
-
-
 def _covered(
     salt: str,
     plan: Plan,
@@ -223,33 +114,78 @@ def _covered(
     facts: FactLookup | None,
 ) -> Covered:
     """``_covered_pieces``, from ``remembered`` when it holds them for these messages."""
+    source, start, end = plan.source, plan.grouping.preamble_len, plan.cut
     if remembered is None or facts is None:
-        return Covered(_covered_pieces(salt, plan, settings, calls()))
-    start, end = plan.grouping.preamble_len, plan.cut
-    key = (salt, settings.max_result_bytes, start, end, *facts.scan(plan.source[:end]))
-    covered = remembered.get(key, plan.source[end:])
+        return Covered(_covered_pieces(salt, source, start, end, settings, calls())[0])
+    tag = (salt, settings.max_result_bytes, start)
+    covered = remembered.held(source, end, tag)
+    if covered is not None:
+        return covered
+    later = source[end:]
+    key = (*tag, end, *facts.scan(source[:end]))
+    covered = remembered.get(key, later)
     if covered is None:
-        ids: set[str] = set()
-        for message in plan.source[start:end]:
-            ids.update(str(c.get("id")) for c in _tool_calls(message))
-            if message.get("role") in ("tool", "function"):
-                ids.add(str(message.get("tool_call_id")))
-        covered = Covered(_covered_pieces(salt, plan, settings, calls()), frozenset(ids))
+        covered = _building(salt, plan, settings, calls, remembered.base(source, end, tag))
+        if calls_one_of(later, covered.ids):  # named as a later call names them: this once
+            return covered
         remembered.put(key, covered)
+    remembered.hold(source, end, tag, covered)
     return covered
 
 
-def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings, calls: Calls) -> list[Piece]:
-    """Under a summary: what it covers, as a transcript packed oldest first into segments of at
-    most ``max_result_bytes`` (one recall returns a whole segment). Packing from the start is
-    stable: a later summary covering more keeps the earlier segments, handles and all."""
-    start, end = plan.grouping.preamble_len, plan.cut
+def _building(
+    salt: str,
+    plan: Plan,
+    settings: RecallSettings,
+    calls: Callable[[], Calls],
+    base: tuple[Covered, int] | None,
+) -> Covered:
+    """What the summary covers, packed from the last segment of ``base`` (the entry of fewer of
+    these messages, and how many) when there is one, else from the start."""
+    source, start, end = plan.source, plan.grouping.preamble_len, plan.cut
+    if base is None:
+        pieces, firsts = _covered_pieces(salt, source, start, end, settings, calls())
+        return Covered(pieces, frozenset(_ids(source[start:end])), firsts)
+    last, covered = base
+    first = last.firsts[-1]
+    # Only the calls its messages name: the others' arguments are not parsed.
+    named = calls_by_id(source, only=_ids(source[first:end]))
+    pieces, firsts = _covered_pieces(salt, source, start, end, settings, named, resume=first)
+    ids = last.ids | _ids(source[covered:end])
+    return Covered([*last.pieces[:-1], *pieces], ids, [*last.firsts[:-1], *firsts])
+
+
+def _ids(messages: list[ChatMessage]) -> set[str]:
+    """The call ids ``messages`` make or answer."""
+    ids: set[str] = set()
+    for message in messages:
+        ids.update(str(c.get("id")) for c in tool_calls(message))
+        if message.get("role") in ("tool", "function"):
+            ids.add(str(message.get("tool_call_id")))
+    return ids
+
+
+def _covered_pieces(
+    salt: str,
+    source: list[ChatMessage],
+    start: int,
+    end: int,
+    settings: RecallSettings,
+    calls: Calls,
+    *,
+    resume: int | None = None,
+) -> tuple[list[Piece], list[int]]:
+    """Under a summary: what it covers (``source[start:end]``), as a transcript packed oldest
+    first into segments of at most ``max_result_bytes`` (one recall returns a whole segment),
+    with where each begins. Packing from the start is stable: a later summary covering more
+    keeps the earlier segments, handles and all (and may pack from where one began: ``resume``)."""
     limit = settings.max_result_bytes - len(TRUNCATED)
     pieces: list[Piece] = []
+    firsts: list[int] = []
     lines: list[str] = []
     names: list[str] = []
     size = 0
-    first = start
+    first = start if resume is None else resume
 
     def close(last: int) -> None:
         text = "\n".join(lines)
@@ -257,28 +193,29 @@ def _covered_pieces(salt: str, plan: Plan, settings: RecallSettings, calls: Call
         if names:
             listed = ", ".join(dict.fromkeys(names))
             label += ": " + (
-                listed if len(listed) <= _ARGS_CHARS else listed[: _ARGS_CHARS - 1] + "…"
+                listed if len(listed) <= ARGS_CHARS else listed[: ARGS_CHARS - 1] + "…"
             )
         pieces.append(Piece(handle_of(salt, "segment", text), label, text))
+        firsts.append(first)
 
-    for n in range(start, end):
-        line = _line(plan.source[n], calls)
+    for n in range(first, end):
+        line = _line(source[n], calls)
         grow = len(line.encode("utf-8", "surrogatepass")) + 1
         if lines and size + grow > limit:
             close(n)
             lines, names, size, first = [], [], 0, n
         lines.append(line)
-        names.extend(_names(plan.source[n], calls))
+        names.extend(_names(source[n], calls))
         size += grow
     if lines:
         close(end)
-    return pieces
+    return pieces, firsts
 
 
 def _names(message: ChatMessage, calls: Calls) -> list[str]:
     """The tools a message called, as "name args" in brief."""
     found = []
-    for call in _tool_calls(message):
+    for call in tool_calls(message):
         name, args = calls.get(str(call.get("id")), ("tool", ""))
         found.append(f"{name} {args}".strip())
     return found
@@ -293,11 +230,11 @@ def _line(message: ChatMessage, calls: Calls) -> str:
         name, args = calls.get(str(message.get("tool_call_id")), ("tool", ""))
         head = f"tool output of {name} {args}".rstrip()
     else:
-        head = _one_line(role, _ARGS_CHARS)
-        for call in _tool_calls(message):
-            name, arguments = _call_parts(call)
+        head = one_line(role, ARGS_CHARS)
+        for call in tool_calls(message):
+            name, arguments = call_parts(call)
             shown = arguments if isinstance(arguments, str) else text_of(arguments)
-            text += f"\n[calls {_one_line(name, _ARGS_CHARS)} {shown}]"
+            text += f"\n[calls {one_line(name, ARGS_CHARS)} {shown}]"
     return f"{head}: " + text.replace("\n", "\n" + _INDENT)
 
 

@@ -8,7 +8,6 @@ whose loop (``proxy/proxying/recall/loop.py``) answers the model's calls with it
 from __future__ import annotations
 
 import math
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from proxy.compaction.money.pending import PendingWrites
 from proxy.compaction.money.spending import Spending, read_usage
 from proxy.compaction.offload import work
 from proxy.compaction.recall.answer import quoted
+from proxy.compaction.recall.counts import TextCounts
 from proxy.compaction.recall.covered import CoveredPieces, Piece
 from proxy.compaction.recall.events import (
     OriginalsKept,
@@ -30,6 +30,7 @@ from proxy.compaction.recall.events import (
     RecallRounds,
 )
 from proxy.compaction.recall.notes import Notes, annotate
+from proxy.compaction.recall.stubs import StubHistories
 from proxy.config.recall import RecallSettings
 from proxy.core.plan import Plan
 from proxy.core.tokens import TokenCounter
@@ -67,8 +68,13 @@ class Recall:
         self._spending = spending
         self._writes = PendingWrites("originals write")
         self._kept: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Each conversation's last pieces found all kept, and ``_forgotten`` then: the same
+        # pieces again are kept still unless a handle was forgotten since.
+        self._looked: dict[str, tuple[dict[str, Piece], int]] = {}
+        self._forgotten = 0  # handles taken out of ``_kept``
         self._covered = CoveredPieces()  # each turn until the next summary covers the same
-        self._counts = _TextCounts(counter)
+        self._stubs = StubHistories()  # each turn until the next summary clears the same
+        self._counts = TextCounts(counter)
         self._tools: dict[tuple[RecallShape, str], int] = {}  # the tool's tokens, by encoding
         # Whether a dialect's shape offers the tool at all (to a body of nothing): a constant.
         self._offers: dict[tuple[RecallShape, str, str], bool] = {}
@@ -140,6 +146,7 @@ class Recall:
                 count=count,
                 covered_pieces=self._covered,
                 facts=conv.facts,
+                stubs=self._stubs,
             ),
         )
         if len(self._notes) >= _KNOWN_NOTES:
@@ -185,21 +192,31 @@ class Recall:
         return shape
 
     def _keep(self, conv: Conversation, pieces: dict[str, Piece]) -> None:
-        """Store the pieces this process has not stored yet, after the answer (never waited)."""
+        """Store the pieces this process has not stored yet, after the answer (never waited).
+        The same pieces object again (a summary's, sent each turn until the next) is looked
+        through once, until a handle is forgotten."""
         scope = conv.key
+        last = self._looked.get(scope)
+        if last is not None and last[0] is pieces and last[1] == self._forgotten:
+            return
         new = [(h, p.text) for h, p in pieces.items() if (scope, h) not in self._kept]
+        if len(self._looked) >= _KNOWN_NOTES:
+            self._looked.clear()
+        self._looked[scope] = (pieces, self._forgotten)
         if not new:
             return
         for handle, _ in new:
             self._kept[(scope, handle)] = None
         while len(self._kept) > _KNOWN_KEPT:
             self._kept.popitem(last=False)
+            self._forgotten += 1
 
         async def write() -> None:
             kept = await self._originals.keep(
                 conv.tenant, conv.conversation_id, new, budget_bytes=self.settings.budget_bytes
             )
             if kept is None:  # not written: try again on a later request
+                self._forgotten += 1
                 for handle, _ in new:
                     self._kept.pop((scope, handle), None)
             elif kept.added or kept.evicted:
@@ -209,32 +226,6 @@ class Recall:
 
     async def join(self) -> None:
         await self._writes.join()
-
-
-class _TextCounts:
-    """The tokens of the texts recall's notes change (a summary message with its index, the
-    stubs), remembered: every turn until the next summary counts the same texts again. Bounded
-    by the characters held (dropped all at once past them); safe to share with worker threads."""
-
-    def __init__(self, counter: TokenCounter, *, max_chars: int = 4 << 20) -> None:
-        self._counter = counter
-        self._max_chars = max_chars
-        self._known: dict[tuple[str, str], int] = {}
-        self._chars = 0
-        self._lock = threading.Lock()
-
-    def count(self, text: str, *, encoding: str) -> int:
-        key = (encoding, text)
-        tokens = self._known.get(key)
-        if tokens is None:
-            tokens = self._counter.count_encoded(text, encoding)
-            with self._lock:
-                if self._chars + len(text) > self._max_chars:
-                    self._known.clear()
-                    self._chars = 0
-                self._known[key] = tokens
-                self._chars += len(text)
-        return tokens
 
 
 @dataclass
