@@ -273,9 +273,8 @@ def _scan(messages: Sequence[MessageView], last: _Scan | None) -> _Scan:
                 for ends in (starts, round_ends):
                     marked.update(ends[bisect_right(ends, i) : bisect_right(ends, j)])
             blocked = frozenset(marked)
-    listed = messages if isinstance(messages, list) else list(messages)
     return _Scan(
-        listed,
+        list(messages),  # a copy: a caller's list may change in place after it was read
         roles,
         preamble_len,
         call_at,

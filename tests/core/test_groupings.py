@@ -87,10 +87,10 @@ def test_the_histories_kept_are_bounded_by_count_and_by_messages() -> None:
     assert len(groupings._scans) == 3 and groupings._held == 33
     big = [system("big"), *(user(f"b{i}") for i in range(45))]
     assert groupings.group(big) == group(big)
-    assert groupings._held <= 50 and list(groupings._scans.values())[-1][0].messages is big
+    assert groupings._held <= 50 and list(groupings._scans.values())[-1][0].messages == big
     huge = [system("huge"), *(user(f"h{i}") for i in range(60))]
     assert groupings.group(huge) == group(huge)  # grouped, but past the bound: not kept
-    assert all(scan.messages is not huge for scan, _ in groupings._scans.values())
+    assert all(scan.messages[0] is not huge[0] for scan, _ in groupings._scans.values())
 
 
 def test_a_history_grouped_again_takes_the_grouping_made_before() -> None:
@@ -124,3 +124,26 @@ def test_an_answer_that_blocks_an_older_boundary_groups_as_a_whole() -> None:
     assert not groupings.group(grown).safe[1]
     more = [*grown, assistant("fine"), user("next")]
     assert groupings.group(more) == group(more)
+
+
+def test_a_list_changed_in_place_groups_as_it_now_is() -> None:
+    """A caller may edit its list between two plans (the planner's callers outside a request
+    do): what was read of it before is what it held then, not what it holds now."""
+    rng = random.Random(7)
+    for _ in range(200):
+        groupings = Groupings()
+        open_calls: list[str] = []
+        messages = [_message(rng, step, open_calls) for step in range(rng.randint(2, 30))]
+        groupings.group(messages)
+        edit = rng.choice(["pop", "del", "insert", "replace"])
+        at = rng.randrange(len(messages))
+        if edit == "pop":
+            messages.pop()
+        elif edit == "del":
+            del messages[at]
+        elif edit == "insert":
+            messages.insert(at, _message(rng, 99, open_calls))
+        else:
+            messages[at] = _message(rng, 98, open_calls)
+        if messages:
+            assert groupings.group(messages) == group(list(messages)), edit
