@@ -17,8 +17,9 @@ interleaved with the direct request it is compared with:
 - compacted: a checkpoint is primed first (admin compact), so each request applies it and sends
   the preamble, the summary and the newest turns (direct: that compacted body);
 - compacted, growing: as an agent sends it, each request the last one's history with one tool
-  round more, in a conversation of its own primed the same way (direct: its compacted body).
-  The same body again is a retry's case; this one is every agent's.
+  round more and the agent's tools (opencode's, as recorded: 9 tools, 20 KB of schemas), in a
+  conversation of its own primed the same way (direct: its compacted body). The same body again
+  is a retry's case; this one is every agent's.
 
 Goals: the first two add <= 0.5 ms, the compacted ones <= 1.5 ms. Everything listens on
 127.0.0.1 only, every loop is bounded, and the servers started here are stopped by their pid.
@@ -221,6 +222,15 @@ def applied(proxy: Target, body: bytes, conversation: str) -> httpx.Headers:
     return sent.headers
 
 
+def agent_tools() -> list[dict]:
+    """The tools a real coding agent offers on every request: opencode's, from its recorded
+    session (tests/fixtures/agents/), in chat completions' shape."""
+    from tests.agents_e2e import fixtures
+
+    session = fixtures.load(fixtures.FOLDER / "opencode.json.gz")
+    return next(r["body"]["tools"] for r in session["requests"] if r["body"].get("tools"))
+
+
 def tool_round(turn: int) -> list[dict]:
     """What a coding agent appends to its history each request: a tool call and its result."""
     call = {"id": f"call_g{turn}", "type": "function"}
@@ -247,7 +257,9 @@ def grown_bodies(body: dict, kept: list[dict], count: int) -> list[tuple[bytes, 
     return bodies
 
 
-def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float, float]:
+def in_process(
+    body: dict, raw: bytes, rounds: int, tools: list[dict]
+) -> tuple[float, float, float]:
     """(ms of one compacted rewrite, ms of orjson.loads of the body, the median ratio of the two
     over a history growing by one tool round a request), CPU time, each the best of a few
     batches, with the proxy's code of this checkout, in this process: the steadiest figure
@@ -318,7 +330,7 @@ def in_process(body: dict, raw: bytes, rounds: int) -> tuple[float, float, float
         ratios = []
         for turn in range(requests):
             history += tool_round(turn)
-            grown = json.dumps({**body, "messages": history}).encode()
+            grown = json.dumps({**body, "messages": history, "tools": tools}).encode()
 
             started = time.process_time()
             decision = await decide(name, Body(grown))
@@ -473,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
             kept = compacted_messages(body, covered, summary, proxy)
             small = wirejson.encode({**body, "messages": kept})
             say(f"checkpoint covers {covered} messages; compacted body {len(small) / 1000:.1f} KB")
-            agent = grown_bodies(body, kept, max(rounds // 10, 3) + rounds)
+            agent_body = {**body, "tools": agent_tools()}
+            agent = grown_bodies(agent_body, kept, max(rounds // 10, 3) + rounds)
             named = {"X-Conversation-Id": CONVERSATION}
             cases = {
                 "no conversation id": Case.same(raw, raw, {}),
@@ -481,14 +494,15 @@ def main(argv: list[str] | None = None) -> int:
                 "compacted": Case.same(raw, small, named),
                 GROWING: Case({"X-Conversation-Id": GROWN}, agent.__getitem__),
             }
-            prime(proxy, body, GROWN)
+            prime(proxy, agent_body, GROWN)
             before = None
             if args.baseline_source is not None:
                 before = start_proxy(tmp, mock.port, args.baseline_source.resolve(), name="before")
                 stops.append(before.server.stop)
                 wait_ready(before, KEY)
-                for conversation in (CONVERSATION, GROWN):  # the same summary: the mock writes it
-                    prime(before, body, conversation)
+                # The same summaries: the mock writes them.
+                prime(before, body, CONVERSATION)
+                prime(before, agent_body, GROWN)
             lanes = {"proxy": proxy} | ({"before": before} if before else {})
             floor = None
             if args.floor:
@@ -508,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
             for stop in stops:
                 stop()
 
-    rewrite_ms, parse_ms, growing = in_process(body, raw, rounds)
+    rewrite_ms, parse_ms, growing = in_process(body, raw, rounds, agent_body["tools"])
     failed = 0
     print(
         f"in process (this checkout, CPU time): a compacted rewrite takes {rewrite_ms:.2f} ms, "
