@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from itertools import accumulate
+from collections.abc import Callable, Hashable, Sequence
 from operator import is_
 from typing import Generic, TypeVar
 
@@ -114,24 +113,3 @@ def each(
         values += map(value, messages[len(values) :])
         carried.keep(messages, values, tag)
     return values
-
-
-class Summed(list[int]):
-    """Values per message (tokens) with their running sums, so that a span's sum costs two
-    lookups (``span_sum``) instead of a pass over the span. Never changed once made: a plan
-    holds its counts. ``running[i]`` is the sum of the first i values."""
-
-    __slots__ = ("running",)
-
-    def __init__(self, values: Iterable[int] = (), running: list[int] | None = None) -> None:
-        super().__init__(values)
-        self.running = list(accumulate(self, initial=0)) if running is None else running
-
-
-def span_sum(values: Sequence[int], start: int = 0, end: int | None = None) -> int:
-    """``sum(values[start:end])``, at once when ``values`` carries its running sums."""
-    if not isinstance(values, Summed):
-        return sum(values[start:end])
-    first, last, _ = slice(start, end).indices(len(values))
-    running = values.running
-    return running[last] - running[first] if last > first else 0

@@ -2,8 +2,11 @@
 token count per encoding and its chain digest (one dict lookup on a later turn, not a
 validation, a tokenization and a SHA-256 of its text).
 
-The key is exact, never a hash standing for the message (``proxy.core.message_keys``). The price
-is memory: the cache holds the text of the messages it knows, bounded by entries and characters.
+The key is exact, never a hash standing for the message (``message_key``): the common shapes
+by the tuple of their strings, any other by its canonical JSON, so two messages that differ in
+anything validated, counted or hashed never share an entry (the checkpoint chain's promise). The
+price is memory: the cache holds the text of the messages it knows, bounded by entries and
+characters.
 
 Within one request the same message objects are looked at several times (validation, the chain,
 the planner's counts): a ``RequestFacts`` (``FactCache.request()``) remembers them by identity,
@@ -27,8 +30,9 @@ from collections.abc import Hashable, Iterator, Sequence
 from operator import attrgetter, is_
 from typing import Any, NamedTuple
 
-from proxy.core.digests import message_digest
-from proxy.core.message_keys import key_size, message_key, private_copy
+from proxy import wirejson
+from proxy.core.digests import DIALECT_FIELD, message_digest
+from proxy.core.message_copies import private_copy
 from proxy.types import MessageView
 
 _EVICT_TO = 0.75  # share of the bounds kept when the cache is trimmed
@@ -39,6 +43,14 @@ _FOLLOW_MESSAGES = 5
 _FOLLOW_CHARS = 2048
 _SIZE = attrgetter("size")
 _CARRIED_BY_KEY = 8  # a list this short, not of the longest, costs less by key than by identity
+
+_PLAIN = frozenset({"role", "content", "name", "tool_call_id"})
+_WITH_CALLS = frozenset({"role", "content", "tool_calls"})
+_CALL = frozenset({"id", "type", "function"})
+_FUNCTION = frozenset({"name", "arguments"})
+# Tags start the keys of the other shapes; a plain key has four items, so none can meet another.
+_CALLS_TAG = "\x00calls"
+_OTHER_TAG = "\x00json"
 
 
 class Facts:
@@ -319,6 +331,69 @@ def _adopt(
     """``messages`` (objects unchanged since they were looked up) take ``found``, their facts."""
     seen.update(zip(map(id, messages), found, strict=True))
     held.extend(messages)
+
+
+def key_size(key: Hashable) -> int:
+    """The characters ``key`` holds (what the cache's memory bound counts)."""
+    if isinstance(key, tuple):
+        return sum(len(part) for part in key if isinstance(part, str | bytes))
+    return 0
+
+
+def message_key(message: Any) -> Hashable:
+    """An exact key of everything validated, counted or hashed in ``message``.
+
+    In the fast shapes None stands only for an absent field (or a null ``content``, which
+    validation, counting and the chain treat as an absent one); a field of any other type or a
+    null one sends the message to the canonical JSON key, which tells every JSON value apart
+    (``1``, ``1.0``, ``true``). An adapter's private fields (``_wire``) stay out of the key (they
+    are neither validated, counted nor hashed), except the hashed ``_hash``."""
+    if type(message) is not dict:
+        return (_OTHER_TAG, wirejson.canonical(message))
+    get = message.get
+    content, role = get("content"), get("role")
+    if (content is None or type(content) is str) and type(role) is str:
+        keys = message.keys()
+        if keys <= _PLAIN:
+            name, call_id = get("name"), get("tool_call_id")
+            if (
+                (name is None or type(name) is str)
+                and (call_id is None or type(call_id) is str)
+                and len(message)
+                == 1 + ("content" in message) + (name is not None) + (call_id is not None)
+            ):
+                return (role, content, name, call_id)
+        elif keys <= _WITH_CALLS:
+            key = _calls_key(role, content, get("tool_calls"))
+            if key is not None:
+                return key
+    fields = {k: v for k, v in message.items() if k[:1] != "_" or k == DIALECT_FIELD}
+    return (_OTHER_TAG, wirejson.canonical(fields))
+
+
+def _calls_key(role: str, content: str | None, calls: object) -> tuple[str | None, ...] | None:
+    """The key of ``{role, content, tool_calls}`` when every call is ``{id, type?, function:
+    {name, arguments}}`` of strings; else None."""
+    if type(calls) is not list:
+        return None
+    key: list[str | None] = [_CALLS_TAG, role, content]
+    for call in calls:
+        if type(call) is not dict or not call.keys() <= _CALL:
+            return None
+        function = call.get("function")
+        if type(function) is not dict or len(function) != 2 or not function.keys() <= _FUNCTION:
+            return None
+        call_id, kind = call.get("id"), call.get("type")
+        name, arguments = function.get("name"), function.get("arguments")
+        if not (
+            type(call_id) is str
+            and type(name) is str
+            and type(arguments) is str
+            and (type(kind) is str if len(call) == 3 else kind is None and len(call) == 2)
+        ):
+            return None
+        key += (call_id, kind, name, arguments)
+    return tuple(key)
 
 
 # What the chain, validation and counting accept: the shared cache, or a request's view of it.

@@ -25,14 +25,13 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate, islice
 from operator import not_, sub
 from typing import TypeVar
 
-from proxy.core.carried import Summed, span_sum
 from proxy.core.summary_message import is_agent_summary
 from proxy.types import MessageView
 
@@ -358,3 +357,24 @@ def strip_agent_summaries(
         if message.get("role") == "system" and ours(message):
             return [m for m in messages if not ours(m)]
     return messages
+
+
+class Summed(list[int]):
+    """Values per message (tokens) with their running sums, so that a span's sum costs two
+    lookups (``span_sum``) instead of a pass over the span (a grouping sums many spans). Never changed once made: a plan
+    holds its counts. ``running[i]`` is the sum of the first i values."""
+
+    __slots__ = ("running",)
+
+    def __init__(self, values: Iterable[int] = (), running: list[int] | None = None) -> None:
+        super().__init__(values)
+        self.running = list(accumulate(self, initial=0)) if running is None else running
+
+
+def span_sum(values: Sequence[int], start: int = 0, end: int | None = None) -> int:
+    """``sum(values[start:end])``, at once when ``values`` carries its running sums."""
+    if not isinstance(values, Summed):
+        return sum(values[start:end])
+    first, last, _ = slice(start, end).indices(len(values))
+    running = values.running
+    return running[last] - running[first] if last > first else 0

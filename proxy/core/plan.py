@@ -12,8 +12,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
-from proxy.core.carried import Summed
-from proxy.core.interactions import Grouping
+from proxy.core.interactions import Grouping, Summed
 from proxy.core.policy import PolicySettings
 from proxy.core.summary_message import render_summary_message
 from proxy.core.tokens import TokenCounter

@@ -42,10 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from proxy.core.carried import each, span_sum
+from proxy.core.carried import CARRY_FROM
 from proxy.core.clearing import clear_tool_results
 from proxy.core.headroom import Headroom, with_headroom
-from proxy.core.interactions import Grouping, strip_agent_summaries
+from proxy.core.interactions import Grouping, span_sum, strip_agent_summaries
 from proxy.core.keep import first_kept, keep_for
 from proxy.core.pins import PINNED, pinned, unpinned
 from proxy.core.plan import (
@@ -360,13 +360,17 @@ _STRATEGIES: dict[str, Callable[[_Measured, PriorSummary | None], _Decision]] = 
 
 def _marked(messages: list[ChatMessage], final_prompt: str | None, counter: TokenCounter) -> bool:
     """Whether a message is a summary of ours echoed back (stripped) or one a dialect pinned
-    (``PINNED``): a mark per message, carried as the history grows (most hold none)."""
-    ours = partial(is_agent_summary, final_prompt=final_prompt)
-
-    def mark(m: ChatMessage) -> bool:
-        return (m.get("role") == "system" and ours(m)) or PINNED in m
-
-    marks: list[int] = each(counter.carried, messages, ("marks", final_prompt), mark)  # bools
+    (``PINNED``): a mark per message, carried as the history grows (most hold none); a short
+    list is not carried (a plain request does not enter the carried module)."""
+    carried, tag = counter.carried if len(messages) >= CARRY_FROM else None, ("marks", final_prompt)
+    marks: list[int] = [] if carried is None else carried.known(messages, tag)  # bools
+    if len(marks) < len(messages):
+        ours = partial(is_agent_summary, final_prompt=final_prompt)
+        marks += [
+            (m.get("role") == "system" and ours(m)) or PINNED in m for m in messages[len(marks) :]
+        ]
+        if carried is not None:
+            carried.keep(messages, marks, tag)
     return any(marks)
 
 

@@ -32,9 +32,9 @@ from typing import Any
 import orjson
 import tiktoken
 
-from proxy.core.carried import CARRY_FROM, Carried, Summed
+from proxy.core.carried import CARRY_FROM, Carried
 from proxy.core.facts import FactCache, FactLookup, Facts
-from proxy.core.interactions import Groupings
+from proxy.core.interactions import Groupings, Summed
 from proxy.core.policy import ModelInfo
 from proxy.errors import InvalidRequest
 from proxy.types import MessageView

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from proxy.core.carried import Carried, each, span_sum
+from proxy.core.carried import Carried, each
 from proxy.core.conditions import Condition
-from proxy.core.interactions import Grouping
+from proxy.core.interactions import Grouping, span_sum
 from proxy.core.messages import is_error_result
 from proxy.core.policy import TriggerSettings
 from proxy.core.tool_calls import ToolCall, calls_of, tool_matches

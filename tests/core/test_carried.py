@@ -11,11 +11,11 @@ from typing import TypeVar
 
 import pytest
 
-from proxy.core.carried import Carried, Summed, span_sum
+from proxy.core.carried import Carried
 from proxy.core.checkpoints import Checkpoint, Record, find_deepest
 from proxy.core.conditions import Condition
 from proxy.core.facts import FactCache
-from proxy.core.interactions import group, strip_agent_summaries
+from proxy.core.interactions import Summed, group, span_sum, strip_agent_summaries
 from proxy.core.pins import PINNED, pinned
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.policy import ClearToolResultsSettings, KeepSettings, PolicySettings

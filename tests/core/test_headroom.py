@@ -8,9 +8,8 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from proxy.core.carried import Summed
 from proxy.core.headroom import KEPT_SHARE
-from proxy.core.interactions import Grouping, group
+from proxy.core.interactions import Grouping, Summed, group
 from proxy.core.plan import cut_deeper
 from proxy.core.planner import Plan, PriorSummary, plan
 from proxy.core.policy import PolicySettings
