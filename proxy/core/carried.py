@@ -22,15 +22,70 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence, Sized
 from operator import is_
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 V = TypeVar("V")
 M = TypeVar("M")
 # Carrying pays past a few messages: a shorter list is computed whole (and its caller does not
 # enter this module: a plain small request does not).
 CARRY_FROM = 8
+
+
+class _Holding(Protocol):
+    @property
+    def messages(self) -> Sized: ...
+
+
+H = TypeVar("H", bound=_Holding)
+
+
+class Held(Generic[H]):
+    """One value per key (a history: its first message's id, and a tag), the least recently
+    stored dropped first. Shared with worker threads: a lookup takes a reference, a change is
+    made under a lock."""
+
+    def __init__(self, max_histories: int, max_messages: int) -> None:
+        self.max_histories = max_histories
+        self.max_messages = max_messages
+        self._values: OrderedDict[Hashable, H] = OrderedDict()
+        self._messages = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def messages(self) -> int:
+        """The messages the values hold, all told."""
+        return self._messages
+
+    def get(self, key: Hashable) -> H | None:
+        return self._values.get(key)
+
+    def put(self, key: Hashable, value: H) -> None:
+        if len(value.messages) > self.max_messages:
+            return
+        with self._lock:
+            old = self._values.pop(key, None)
+            self._messages += len(value.messages) - (0 if old is None else len(old.messages))
+            self._values[key] = value
+            while len(self._values) > self.max_histories or self._messages > self.max_messages:
+                self._messages -= len(self._values.popitem(last=False)[1].messages)
+
+    def drop(self, which: Callable[[H], bool]) -> None:
+        """Drop the values ``which`` says to."""
+        with self._lock:
+            for key in [k for k, value in self._values.items() if which(value)]:
+                self._messages -= len(self._values.pop(key).messages)
+
+
+class _Kept(NamedTuple, Generic[V]):
+    """A list carried: its messages (a private copy) and a value for each."""
+
+    messages: list[object]
+    values: list[V]
 
 
 class Carried(Generic[V]):
@@ -41,9 +96,7 @@ class Carried(Generic[V]):
     def __init__(self, max_lists: int = 64, max_messages: int = 1 << 17) -> None:
         self.max_lists = max_lists
         self.max_messages = max_messages
-        self._lists: OrderedDict[tuple[int, Hashable], tuple[list[object], list[V]]] = OrderedDict()
-        self._held = 0
-        self._lock = threading.Lock()
+        self._lists: Held[_Kept[V]] = Held(max_lists, max_messages)
 
     def known(self, messages: Sequence[object], tag: Hashable = None) -> list[V]:
         """The values of the first messages of ``messages`` (all, or as many as the last list
@@ -85,16 +138,7 @@ class Carried(Generic[V]):
         if messages and len(messages) <= self.max_messages and self.max_lists > 0:
             held = list(messages)
             for tag, kept in values.items():
-                self._store((id(messages[0]), tag), held, kept[:])
-
-    def _store(self, key: tuple[int, Hashable], messages: list[object], found: list[V]) -> None:
-        with self._lock:
-            old = self._lists.pop(key, None)
-            self._held += len(messages) - (0 if old is None else len(old[0]))
-            self._lists[key] = (messages, found)
-            while len(self._lists) > self.max_lists or self._held > self.max_messages:
-                _, (dropped, _) = self._lists.popitem(last=False)
-                self._held -= len(dropped)
+                self._lists.put((id(messages[0]), tag), _Kept(held, kept[:]))
 
 
 def each(

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from functools import partial
@@ -35,6 +34,7 @@ import tiktoken
 from proxy.core.carried import CARRY_FROM, Carried
 from proxy.core.facts import FactCache, FactLookup, Facts
 from proxy.core.interactions import Groupings, Summed
+from proxy.core.kept_counts import KeptCounts
 from proxy.core.policy import ModelInfo
 from proxy.errors import InvalidRequest
 from proxy.types import MessageView
@@ -63,8 +63,8 @@ COUNT_PIECE_CHARS = 1 << 18
 # Texts counted again and again (a stored summary, weighed on each request of its conversation;
 # an agent's tools, sent with every request): their counts are kept, bounded by texts and by the
 # characters they hold.
-KEPT_TEXTS = 256
-KEPT_TEXT_CHARS = 1 << 22
+KEPT_TEXTS = 4096
+KEPT_TEXT_CHARS = 8 << 20
 RUNNING = "running"  # the tag of the running sums carried beside a history's counts
 
 Length = Callable[[str], int]
@@ -138,9 +138,7 @@ class TokenCounter:
         # conditions, of the last histories (``carried``): up to four lists each.
         self._history_values: Carried[int] = Carried(4 * self.facts.max_histories)
         # (encoding, a text or the JSON of a tools list) -> tokens (``count_again``, ``count_tools``)
-        self._texts: dict[tuple[str, object], int] = {}
-        self._text_chars = 0
-        self._texts_lock = threading.Lock()
+        self.kept = KeptCounts(max_texts=KEPT_TEXTS, max_chars=KEPT_TEXT_CHARS)
         # The last request's tools (the object), their encoding and count: a request plans
         # them more than once (a parsed body never changes; views share this list).
         self._last_tools: list[tuple[object, str, int] | None] = [None]
@@ -217,22 +215,11 @@ class TokenCounter:
     def count_again(self, text: str, model: str) -> int:
         """``count_text`` of a text that is counted again on later requests (a conversation's
         stored summary): kept by its value, a string counting as any equal string does."""
-        encoding = self.encoding_name(model)
-        return self._kept((encoding, text), len(text), lambda: self._length(encoding)(text))
+        return self.count_encoded_again(text, self.encoding_name(model))
 
-    def _kept(self, key: tuple[str, object], size: int, count: Callable[[], int]) -> int:
-        """The count kept under ``key`` (``size``: the characters it holds), else ``count()``."""
-        tokens = self._texts.get(key)
-        if tokens is None:
-            tokens = count()
-            with self._texts_lock:
-                if len(self._texts) >= KEPT_TEXTS or self._text_chars + size > KEPT_TEXT_CHARS:
-                    self._texts.clear()
-                    self._text_chars = 0
-                if size <= KEPT_TEXT_CHARS:
-                    self._texts[key] = tokens
-                    self._text_chars += size
-        return tokens
+    def count_encoded_again(self, text: str, encoding: str) -> int:
+        """``count_again`` for a model whose encoding (``encoding_name``) is known already."""
+        return self.kept.get((encoding, text), len(text), lambda: self._length(encoding)(text))
 
     def count_encoded(self, text: str, encoding: str) -> int:
         """``count_text`` for a model whose encoding (``encoding_name``) is known already."""
@@ -305,7 +292,7 @@ class TokenCounter:
         if key is None:
             return self._count_tools(tools, encoding)
         count = partial(self._count_tools, tools, encoding)
-        tokens = self._kept((encoding, key), len(key[1]), count)
+        tokens = self.kept.get((encoding, key), len(key[1]), count)
         if request:
             self._last_tools[0] = (tools, encoding, tokens)
         return tokens

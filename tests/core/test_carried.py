@@ -97,7 +97,7 @@ def test_values_carried_are_what_a_whole_computation_gives() -> None:
         values = _values(carried, history, compute)
         assert values == [repr(m) for m in history], step
         values.append("the caller's own list")  # never the one carried
-    assert carried._held <= 400 and len(carried._lists) <= 3
+    assert carried._lists.messages <= 400 and len(carried._lists) <= 3
     # Appended histories computed only their new messages.
     assert sum(computed) < 0.75 * sum(map(len, _histories(3, 1500)))
 

@@ -243,10 +243,10 @@ def test_a_text_counted_again_is_tokenized_once_and_the_kept_counts_are_bounded(
     assert encoded == [summary]
     for i in range(KEPT_TEXTS + 10):
         assert counter.count_again(f"text {i}", "gpt-4o") == 2
-    assert len(counter._texts) <= KEPT_TEXTS
+    assert len(counter.kept) <= KEPT_TEXTS
     big = "word " * (KEPT_TEXT_CHARS // 5 + 1)
     assert counter.count_again(big, "gpt-4o") == KEPT_TEXT_CHARS // 5 + 1
-    assert counter._text_chars <= KEPT_TEXT_CHARS
+    assert counter.kept.chars <= KEPT_TEXT_CHARS
 
 
 def test_tools_sent_again_are_counted_once_by_their_exact_json() -> None:
@@ -287,9 +287,9 @@ def test_tools_sent_again_are_counted_once_by_their_exact_json() -> None:
     for bound in (1, 1.0, None, float("nan"), wirejson.NonFinite("nan"), float("inf"), 1):
         expected = whole._count_tools(tools("x", bound), "o200k_base")
         assert counter.count_tools(tools("x", bound), "gpt-4o") == expected, bound
-    kept = len(counter._texts)
+    kept = len(counter.kept)
     assert counter.count_tools(tools("x", float("nan")), "gpt-4o")
-    assert len(counter._texts) == kept  # written alike each time: kept once
+    assert len(counter.kept) == kept  # written alike each time: kept once
 
 
 def test_a_requests_tools_are_written_once_however_often_it_plans_them(
@@ -310,3 +310,22 @@ def test_a_requests_tools_are_written_once_however_often_it_plans_them(
     assert counter.count_tools(tools, "gpt-4o") == first and len(written) == 2
     tools[0]["function"]["description"] = "reads a file, then another, then a third"
     assert counter.count_tools(tools, "gpt-4o") > first
+
+
+def test_texts_kept_through_request_views_stay_within_the_bound() -> None:
+    """Each request counts through its own view of the counter: what the views keep is one
+    store, held to its bound on characters however many views added to it."""
+    counter = TokenCounter(load_encoding=lambda name: WordsOnly())
+    size = KEPT_TEXT_CHARS // 3
+    for i in range(12):
+        with counter.facts.request() as facts:
+            text = f"{i} " + "w" * size
+            view = counter.with_facts(facts)
+            assert view.count_again(text, "gpt-4o") == counter.count_text(text, "gpt-4o")
+    held = sum(len(key[1]) for key in counter.kept._counts)
+    assert held <= KEPT_TEXT_CHARS
+
+
+class WordsOnly:
+    def encode_ordinary(self, text: str) -> list[str]:
+        return text.split()

@@ -15,9 +15,8 @@ from itertools import islice
 from operator import is_
 from typing import NamedTuple
 
-from proxy.compaction.recall.held import Held
 from proxy.config.recall import RecallSettings
-from proxy.core.carried import CARRY_FROM, Carried
+from proxy.core.carried import CARRY_FROM, Carried, Held
 from proxy.core.summary_message import escape_tags
 from proxy.types import ChatMessage
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from proxy.compaction.recall.calls import ARGS_CHARS, Calls, calls_by_id, one_line, text_of
 from proxy.compaction.recall.covered import Piece, handle_of
-from proxy.compaction.recall.held import Held
+from proxy.core.carried import Held
 from proxy.core.clearing import CLEARED_STUB
 from proxy.core.plan import Plan
 from proxy.core.summary_message import escape_tags

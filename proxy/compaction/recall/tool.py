@@ -21,7 +21,6 @@ from proxy.compaction.money.pending import PendingWrites
 from proxy.compaction.money.spending import Spending, read_usage
 from proxy.compaction.offload import work
 from proxy.compaction.recall.answer import quoted
-from proxy.compaction.recall.counts import TextCounts
 from proxy.compaction.recall.covered import CoveredPieces, Piece
 from proxy.compaction.recall.events import (
     OriginalsKept,
@@ -74,7 +73,6 @@ class Recall:
         self._forgotten = 0  # handles taken out of ``_kept``
         self._covered = CoveredPieces()  # each turn until the next summary covers the same
         self._stubs = StubHistories()  # each turn until the next summary clears the same
-        self._counts = TextCounts(counter)
         self._tools: dict[tuple[RecallShape, str], int] = {}  # the tool's tokens, by encoding
         # Whether a dialect's shape offers the tool at all (to a body of nothing): a constant.
         self._offers: dict[tuple[RecallShape, str, str], bool] = {}
@@ -135,7 +133,7 @@ class Recall:
         if last is not None and last[0] is plan and last[1] is settings:
             return last[2]
         # A pass over the messages, hashing what was removed: off the loop for a big body.
-        count = partial(self._counts.count, encoding=encoding)
+        count = partial(self._counter.count_encoded_again, encoding=encoding)
         notes = await work(
             conv.heavy,
             partial(
