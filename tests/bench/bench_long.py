@@ -7,7 +7,9 @@ another checkout; ``--baseline-source`` runs a second checkout in the same run, 
 sending the same request through both, and prints both (a regression check across commits);
 ``--floor`` also sends, in every round of every case, the body of the first case through a
 minimal relay on the same server (tests/bench/relay_floor.py): what any pass-through served
-this way adds, measured beside each case (its ``x relay`` column).
+this way adds, measured beside each case (its ``x relay`` column); and through the same relay
+sending with the proxy's own provider client (its ``x client`` column): what that client costs
+is then told apart from what the proxy's layers cost.
 
 Four cases, each as the median of many sequential requests on one keep-alive connection,
 interleaved with the direct request it is compared with:
@@ -47,7 +49,7 @@ from proxy import wirejson
 from proxy.core.planner import PriorSummary, plan
 from proxy.core.tokens import TokenCounter
 from tests.bench import wire
-from tests.bench.contenders import REPO, TIKTOKEN_DIR, Target, start_mock, wait_ready
+from tests.bench.contenders import KEPT_HEAP, REPO, TIKTOKEN_DIR, Target, start_mock, wait_ready
 from tests.support.config import config, config_yaml
 from tests.support.processes import OthersShare, Server
 from tests.support.servers import free_port
@@ -61,6 +63,7 @@ GROWN = "bench-long-grown"  # the agent's case: its history one tool round longe
 GROWING = "compacted, growing"
 GOALS_MS = {"no conversation id": 0.5, "X-Compaction: off": 0.5, "compacted": 1.5, GROWING: 1.5}
 FLOOR = "floor"  # --floor: the minimal relay of tests/bench/relay_floor.py, no conversation id
+CLIENT_FLOOR = "client floor"  # --floor: that relay sending with the proxy's provider client
 # The proxy's configuration (start_proxy adds its port and the mock's URL).
 LONG = {
     "server": {"host": "127.0.0.1", "access_log": False, "log_level": "warning"},
@@ -167,12 +170,14 @@ def start_proxy(
     return Target(name, port, server)
 
 
-def start_floor(tmp: Path, mock_port: int) -> Target:
+def start_floor(tmp: Path, mock_port: int, *, client: bool = False) -> Target:
     port = free_port()
+    name = "client-floor" if client else "floor"
     argv = [sys.executable, "-m", "tests.bench.relay_floor", "--port", str(port)]
-    argv += ["--upstream-port", str(mock_port)]
-    server = Server("floor", argv, log=tmp / "floor.log", env=dict(os.environ), cwd=REPO)
-    return Target("floor", port, server)
+    argv += ["--upstream-port", str(mock_port)] + (["--client"] if client else [])
+    env = dict(os.environ) | KEPT_HEAP  # as the mock: see KEPT_HEAP
+    server = Server(name, argv, log=tmp / f"{name}.log", env=env, cwd=REPO)
+    return Target(name, port, server)
 
 
 def prime(proxy: Target, body: dict, conversation: str = CONVERSATION) -> tuple[int, str]:
@@ -389,12 +394,12 @@ def measure(
     rounds: int,
     cases: dict[str, Case],
     lanes: dict[str, Target],
-    floor: Target | None,
+    floors: dict[str, Target],
 ) -> dict[str, Figures]:
     """Per lane (a proxy: this checkout's, the baseline's), per case: (median ms direct, median
-    ms through it, median ms added, its CPU ms a request); ``floor`` (the minimal relay) is one
-    more lane, under the name ``FLOOR``, relaying each round's body as the proxies get it, with
-    no headers, and compared with that body sent direct.
+    ms through it, median ms added, its CPU ms a request); each of ``floors`` (the minimal relays,
+    by name) is one more lane, relaying each round's body as the proxies get it, with no
+    headers, and compared with that body sent direct.
 
     Each round sends the direct request(s), then the round's request through every lane, the
     lanes' order rotating every round, so drift and order fall on all alike and each case
@@ -403,10 +408,10 @@ def measure(
     share the machine's state of the moment. CPU time (each lane's process over the case's
     rounds) is the steadier figure on a busy machine.
     """
-    targets = dict(lanes) | ({FLOOR: floor} if floor else {})
+    targets = dict(lanes) | floors
     figures: dict[str, Figures] = {name: {} for name in targets}
     # The direct request each lane is compared with: the provider's body, or the proxies'.
-    against = {name: "sent" for name in lanes} | {FLOOR: "proxied"}
+    against = {name: "sent" for name in lanes} | {name: "proxied" for name in floors}
     warm = max(rounds // 10, 3)  # warm-up rounds (token cache, connections)
     with contextlib.ExitStack() as open_:
         via = {name: open_.enter_context(wire.Connection(t.port)) for name, t in targets.items()}
@@ -415,7 +420,7 @@ def measure(
         def round_(case: Case, i: int, took: dict[str, list[float]]) -> None:
             proxied, sent = case.bodies(i)
             took["sent"].append(_exchange(direct, request_bytes(mock.port, sent, {})))
-            if floor is not None:
+            if floors:
                 took["proxied"].append(
                     took["sent"][-1]
                     if proxied == sent
@@ -424,7 +429,7 @@ def measure(
             order = list(targets)
             turn = i % len(order)
             for name in order[turn:] + order[:turn]:
-                headers = {} if name == FLOOR else case.headers
+                headers = {} if name in floors else case.headers
                 took[name].append(
                     _exchange(via[name], request_bytes(targets[name].port, proxied, headers))
                 )
@@ -504,14 +509,16 @@ def main(argv: list[str] | None = None) -> int:
                 prime(before, body, CONVERSATION)
                 prime(before, agent_body, GROWN)
             lanes = {"proxy": proxy} | ({"before": before} if before else {})
-            floor = None
+            floors: dict[str, Target] = {}
             if args.floor:
-                floor = start_floor(tmp, mock.port)
-                stops.append(floor.server.stop)
-                wait_ready(floor, KEY)
+                floors = {FLOOR: start_floor(tmp, mock.port)}
+                floors[CLIENT_FLOOR] = start_floor(tmp, mock.port, client=True)
+                for floor in floors.values():
+                    stops.append(floor.server.stop)
+                    wait_ready(floor, KEY)
             started = time.perf_counter()
             others = OthersShare()
-            measured = measure(mock, rounds, cases, lanes, floor)
+            measured = measure(mock, rounds, cases, lanes, floors)
             for lane in lanes.values():  # still compacted at the agent's last request
                 applied(lane, agent[-1][0], GROWN)
             say(
@@ -530,12 +537,16 @@ def main(argv: list[str] | None = None) -> int:
         f"history growing by a tool round a request, {growing:.1f}x (median of 60)"
     )
     results, relayed = measured["proxy"], measured.get(FLOOR, {})
+    through_client = measured.get(CLIENT_FLOOR, {})
     # The floor relays the first case's body in every case's rounds: each case is compared
     # with the relay measured beside it (the goals of issue 30: compacted at most 2x its added
-    # time, the two pass-through cases at it).
+    # time, the two pass-through cases at it). The relay through the provider client tells how
+    # much of a pass-through's time that client takes.
     head = f"{'case':<22}{'direct ms':>11}{'proxy ms':>11}{'added ms':>11}{'goal ms':>9}"
     head += f"{'proxy CPU ms':>14}  verdict"
-    print(head + (f"{'relay ms':>11}{'x relay':>9}{'relay CPU':>11}" if relayed else ""))
+    if relayed:
+        head += f"{'relay ms':>11}{'x relay':>9}{'relay CPU':>11}{'client ms':>11}{'x client':>10}"
+    print(head)
     for name, (direct_ms, proxy_ms, added, cpu_ms) in results.items():
         ok = added <= GOALS_MS[name]
         failed += not ok
@@ -544,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
         if name in relayed:
             _, _, floor_added, floor_cpu = relayed[name]
             line += f"{floor_added:>11.3f}{added / floor_added:>8.2f}x{floor_cpu:>11.3f}"
+        if name in through_client:
+            client_added = through_client[name][2]
+            line += f"{client_added:>11.3f}{added / client_added:>9.2f}x"
         print(line)
     if "before" in measured:
         baseline = measured["before"]

@@ -6,6 +6,10 @@ No framework, no HTTP client library: the request head and body chunks are writt
 keep-alive connection to the upstream as they arrive, the answer (a Content-Length body, as the
 benchmark's mock sends) read back and relayed. Not a proxy: no limits, no error handling, one
 request at a time. Run: ``python -m tests.bench.relay_floor --port P --upstream-port M``.
+
+``--client``: the same relay, sending through the proxy's own provider client (the configured
+transport, aiohttp by default) instead of a raw socket: the floor of any pass-through that uses
+that client, so that what the client costs is told apart from what the proxy's layers cost.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import uvicorn
 
 from proxy.config.settings import Settings
 from proxy.server.run import uvicorn_options
+from proxy.upstream import UpstreamClient, open_upstream
 
 HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding"}
 
@@ -66,15 +71,48 @@ class Relay:
         await send({"type": "http.response.body", "body": body})
 
 
+class ClientRelay:
+    """The relay through the proxy's provider client: the body streamed to it as it arrives,
+    the answer relayed as the client gives it."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.base = f"http://127.0.0.1:{upstream_port}"
+        self.client: UpstreamClient | None = None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await Relay(0)(scope, receive, send)
+            return
+        if self.client is None:  # made in the running loop, as the proxy's lifespan does
+            self.client = open_upstream(Settings().upstream)
+
+        async def body() -> Any:
+            more = True
+            while more:
+                message = await receive()
+                yield message.get("body", b"")
+                more = message.get("more_body", False)
+
+        headers = [(name, value) for name, value in scope["headers"] if name not in HOP]
+        url = self.base + scope["path"]
+        response = await self.client.send(scope["method"], url, headers, body())
+        headers = [(name, value) for name, value in response.headers if name.lower() not in HOP]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        async for chunk in response.iter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        await response.aclose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream-port", type=int, required=True)
+    parser.add_argument("--client", action="store_true", help="send through the proxy's client")
     args = parser.parse_args()
     options = uvicorn_options(Settings())
-    uvicorn.run(
-        Relay(args.upstream_port), host="127.0.0.1", port=args.port, log_level="warning", **options
-    )
+    app = (ClientRelay if args.client else Relay)(args.upstream_port)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", **options)
 
 
 if __name__ == "__main__":
