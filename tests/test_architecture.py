@@ -455,3 +455,19 @@ def test_every_long_module_exception_is_still_needed() -> None:
     sizes = {GRAPH.file_of(m): GRAPH.lines_of(m) for m in GRAPH.files}
     stale = [name for name in LONG_MODULES if sizes.get(name, 0) <= MAX_LINES]
     assert not stale, report("LONG_MODULES entries no longer needed", stale)
+
+
+# "issue 19", "(issue #7)": a number a newcomer reading the code cannot follow.
+_ISSUE_NUMBER = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
+
+
+def test_comments_say_why_not_which_issue() -> None:
+    cited = [
+        f"{GRAPH.file_of(module)}:{number}: {line.strip()}"
+        for module in GRAPH.files
+        for number, line in enumerate(
+            GRAPH.files[module].read_text(encoding="utf-8").splitlines(), 1
+        )
+        if _ISSUE_NUMBER.search(line)
+    ]
+    assert not cited, report("issue numbers in the code (say why instead)", cited)

@@ -1,8 +1,8 @@
 """Deciding by price: does compacting now pay for itself over the turns still to come?
 
 Providers bill a repeated prompt prefix at a tenth to a half of the input price, so a shorter
-prompt saves little per turn, while a compaction moves the prefix and costs at once. Issue 19's
-rule, in dollars (``decide``):
+prompt saves little per turn, while a compaction moves the prefix and costs at once. The rule,
+in dollars (``decide``):
 
 - The one-time cost of compacting now: the summarizer call, plus this turn's difference
   between sending the compacted prompt (a new prefix: ``C`` tokens written at the cache-write

@@ -1,4 +1,4 @@
-"""The price trigger: compact when it pays for itself (issue 19; docs/cost.md#deciding-by-price).
+"""The price trigger: compact when it pays for itself (docs/cost.md#deciding-by-price).
 
 The token triggers fire at fixed sizes; a policy with ``trigger.pays`` (the default) also fires
 when compacting *now* costs less, over the turns the conversation can be expected to go on,
