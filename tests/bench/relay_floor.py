@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import uvicorn
@@ -27,6 +28,24 @@ from proxy.upstream import UpstreamClient, open_upstream
 HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding"}
 
 
+async def serve_lifespan(
+    receive: Any,
+    send: Any,
+    startup: Callable[[], None] | None = None,
+    shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """ASGI's lifespan: ``startup`` once the loop runs, ``shutdown`` before it stops."""
+    while True:
+        kind = (await receive())["type"]  # lifespan.startup, then lifespan.shutdown
+        if kind == "lifespan.startup" and startup is not None:
+            startup()
+        if kind == "lifespan.shutdown" and shutdown is not None:
+            await shutdown()
+        await send({"type": f"{kind}.complete"})
+        if kind == "lifespan.shutdown":
+            return
+
+
 class Relay:
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
@@ -35,11 +54,8 @@ class Relay:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                kind = (await receive())["type"]  # lifespan.startup, then lifespan.shutdown
-                await send({"type": f"{kind}.complete"})
-                if kind == "lifespan.shutdown":
-                    return
+            await serve_lifespan(receive, send)
+            return
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(
                 "127.0.0.1", self.upstream_port
@@ -81,12 +97,12 @@ class ClientRelay:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await Relay(0)(scope, receive, send)
+            # The client is made in the running loop and closed with it, as the proxy's is.
+            await serve_lifespan(receive, send, self._open, self._close)
             return
-        if self.client is None:  # made in the running loop, as the proxy's lifespan does
-            self.client = open_upstream(Settings().upstream)
+        assert self.client is not None, "opened at startup"
 
-        async def body() -> Any:
+        async def body() -> AsyncIterator[bytes]:
             more = True
             while more:
                 message = await receive()
@@ -102,6 +118,13 @@ class ClientRelay:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
         await response.aclose()
+
+    def _open(self) -> None:
+        self.client = open_upstream(Settings().upstream)
+
+    async def _close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
 
 
 def main() -> None:
